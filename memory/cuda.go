@@ -1,0 +1,161 @@
+package memory
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/hmc-go/hmc/status"
+)
+
+// cudaAPI is the subset of the CUDA driver API (libcuda.so.1) that HMC uses. The driver API is
+// used rather than the runtime (libcudart) because it ships with the driver itself: no toolkit
+// needs to be installed.
+type cudaAPI struct {
+	cuInit                    func(flags uint32) int32
+	cuDeviceGetCount          func(count *int32) int32
+	cuDeviceGet               func(dev *int32, ordinal int32) int32
+	cuDevicePrimaryCtxRetain  func(ctx *uintptr, dev int32) int32
+	cuDevicePrimaryCtxRelease func(dev int32) int32
+	cuCtxSetCurrent           func(ctx uintptr) int32
+	cuMemAlloc                func(dptr *uint64, size uint64) int32
+	cuMemFree                 func(dptr uint64) int32
+	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, n uint64) int32
+	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, n uint64) int32
+	cuMemcpyDtoD              func(dst, src uint64, n uint64) int32
+	cuGetErrorString          func(res int32, str *uintptr) int32
+}
+
+// loadCUDA loads the driver once per process: the library is process-global by nature.
+var loadCUDA = sync.OnceValues(func() (*cudaAPI, error) {
+	h, err := dlopenFirst("cuda", "libcuda.so.1", "libcuda.so")
+	if err != nil {
+		return nil, err
+	}
+	a := &cudaAPI{}
+	if err := bindAll("cuda", h, []symbol{
+		{"cuInit", &a.cuInit},
+		{"cuDeviceGetCount", &a.cuDeviceGetCount},
+		{"cuDeviceGet", &a.cuDeviceGet},
+		{"cuDevicePrimaryCtxRetain", &a.cuDevicePrimaryCtxRetain},
+		{"cuDevicePrimaryCtxRelease_v2", &a.cuDevicePrimaryCtxRelease},
+		{"cuCtxSetCurrent", &a.cuCtxSetCurrent},
+		{"cuMemAlloc_v2", &a.cuMemAlloc},
+		{"cuMemFree_v2", &a.cuMemFree},
+		{"cuMemcpyHtoD_v2", &a.cuMemcpyHtoD},
+		{"cuMemcpyDtoH_v2", &a.cuMemcpyDtoH},
+		{"cuMemcpyDtoD_v2", &a.cuMemcpyDtoD},
+		{"cuGetErrorString", &a.cuGetErrorString},
+	}); err != nil {
+		return nil, err
+	}
+	if r := a.cuInit(0); r != 0 {
+		return nil, fmt.Errorf("cuda: %w: cuInit: %s", status.ErrUnsupported, a.errString(r))
+	}
+	return a, nil
+})
+
+func (a *cudaAPI) errString(r int32) string {
+	var p uintptr
+	if a.cuGetErrorString(r, &p) != 0 || p == 0 {
+		return fmt.Sprintf("CUresult %d", r)
+	}
+	return fmt.Sprintf("%s (CUresult %d)", goString(p), r)
+}
+
+func (a *cudaAPI) check(op string, r int32) error {
+	if r == 0 {
+		return nil
+	}
+	return fmt.Errorf("cuda: %s: %w: %s", op, status.ErrFailed, a.errString(r))
+}
+
+func cudaDeviceCount() (int, error) {
+	a, err := loadCUDA()
+	if err != nil {
+		return 0, err
+	}
+	var n int32
+	if r := a.cuDeviceGetCount(&n); r != 0 {
+		return 0, fmt.Errorf("cuda: %w: cuDeviceGetCount: %s", status.ErrUnsupported, a.errString(r))
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("cuda: %w: %w: libcuda loaded but reports 0 devices", status.ErrUnsupported, errNoDevice)
+	}
+	return int(n), nil
+}
+
+// cudaBackend is device memory of one CUDA device, used through the device's primary context
+// (the one the CUDA runtime and PyTorch also use, so pointers are interchangeable).
+type cudaBackend struct {
+	api *cudaAPI
+	dev int32
+	ctx uintptr
+}
+
+func newCUDABackend(deviceID int) (backend, error) {
+	n, err := cudaDeviceCount()
+	if err != nil {
+		return nil, err
+	}
+	if deviceID >= n {
+		return nil, fmt.Errorf("cuda: device %d of %d: %w", deviceID, n, status.ErrInvalidConfig)
+	}
+	a, _ := loadCUDA()
+	b := &cudaBackend{api: a}
+	if err := a.check("cuDeviceGet", a.cuDeviceGet(&b.dev, int32(deviceID))); err != nil {
+		return nil, err
+	}
+	if err := a.check("cuDevicePrimaryCtxRetain", a.cuDevicePrimaryCtxRetain(&b.ctx, b.dev)); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// do runs f with this device's context current on the calling OS thread. CUDA contexts are
+// per thread and goroutines migrate, so the thread is locked for the duration of the call.
+func (c *cudaBackend) do(op string, f func() int32) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := c.api.check("cuCtxSetCurrent", c.api.cuCtxSetCurrent(c.ctx)); err != nil {
+		return err
+	}
+	return c.api.check(op, f())
+}
+
+func (c *cudaBackend) alloc(size uint64) (*Buffer, error) {
+	var p uint64
+	if err := c.do("cuMemAlloc", func() int32 { return c.api.cuMemAlloc(&p, size) }); err != nil {
+		return nil, err
+	}
+	return &Buffer{ptr: Ptr(p), size: size, fd: -1}, nil
+}
+
+func (c *cudaBackend) free(b *Buffer) error {
+	return c.do("cuMemFree", func() int32 { return c.api.cuMemFree(uint64(b.ptr)) })
+}
+
+func (c *cudaBackend) copyHostToDevice(dst Ptr, src []byte) error {
+	return c.do("cuMemcpyHtoD", func() int32 {
+		r := c.api.cuMemcpyHtoD(uint64(dst), hostPtr(src), uint64(len(src)))
+		runtime.KeepAlive(src)
+		return r
+	})
+}
+
+func (c *cudaBackend) copyDeviceToHost(dst []byte, src Ptr) error {
+	return c.do("cuMemcpyDtoH", func() int32 {
+		r := c.api.cuMemcpyDtoH(hostPtr(dst), uint64(src), uint64(len(dst)))
+		runtime.KeepAlive(dst)
+		return r
+	})
+}
+
+func (c *cudaBackend) copyDeviceToDevice(dst, src Ptr, n uint64) error {
+	return c.do("cuMemcpyDtoD", func() int32 { return c.api.cuMemcpyDtoD(uint64(dst), uint64(src), n) })
+}
+
+func (c *cudaBackend) close() error {
+	return c.api.check("cuDevicePrimaryCtxRelease", c.api.cuDevicePrimaryCtxRelease(c.dev))
+}

@@ -1,0 +1,227 @@
+package memory
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/hmc-go/hmc/status"
+)
+
+// Ptr is an address in some memory: a host virtual address for CPU memory, a device address
+// for accelerator memory. It is never dereferenced by code that does not know its type.
+type Ptr uintptr
+
+// backend is one kind of memory. Implementations check nothing that Memory already checked
+// (sizes non-zero, buffers owned by this Memory).
+type backend interface {
+	alloc(size uint64) (*Buffer, error)
+	free(b *Buffer) error
+	copyHostToDevice(dst Ptr, src []byte) error
+	copyDeviceToHost(dst []byte, src Ptr) error
+	copyDeviceToDevice(dst, src Ptr, n uint64) error
+	close() error
+}
+
+// Memory allocates and copies memory of one Type on one device. Its methods are safe for
+// concurrent use. Upstream's Memory exits the process when a device library is missing; New
+// returns an error instead.
+type Memory struct {
+	typ Type
+	dev int
+	be  backend
+
+	mu     sync.Mutex
+	live   map[*Buffer]struct{} // buffers allocated and not yet freed; guarded by mu
+	closed bool                 // guarded by mu
+}
+
+// New opens memory of type t on device deviceID. Default resolves to the first available
+// accelerator (NVIDIA, then AMD), else CPU. A type whose library or device is missing returns
+// an error wrapping status.ErrUnsupported that names what was looked for.
+func New(deviceID int, t Type) (*Memory, error) {
+	if deviceID < 0 {
+		return nil, fmt.Errorf("memory: device id %d: %w", deviceID, status.ErrInvalidConfig)
+	}
+	if t == Default {
+		t = resolveDefault()
+	}
+	var (
+		be  backend
+		err error
+	)
+	switch t {
+	case CPU:
+		be = hostBackend{}
+	case NvidiaGPU:
+		be, err = newCUDABackend(deviceID)
+	case AMDGPU:
+		be, err = newHIPBackend(deviceID)
+	case CambriconMLU, MooreGPU, HuaweiAscendNPU:
+		err = fmt.Errorf("memory: %v: %w: no %v back end is implemented in HMC-Go", t, status.ErrUnsupported, t)
+	default:
+		err = fmt.Errorf("memory: type %d: %w", int(t), status.ErrInvalidConfig)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Memory{typ: t, dev: deviceID, be: be, live: make(map[*Buffer]struct{})}, nil
+}
+
+// resolveDefault picks the first accelerator type with a usable device 0, else CPU.
+func resolveDefault() Type {
+	for _, t := range []Type{NvidiaGPU, AMDGPU} {
+		if Probe(t) == nil {
+			return t
+		}
+	}
+	return CPU
+}
+
+// Probe reports whether memory of type t can be used here: nil if so, else an error wrapping
+// status.ErrUnsupported that says why (library not found, no device, not implemented).
+func Probe(t Type) error {
+	switch t {
+	case Default, CPU:
+		return nil
+	case NvidiaGPU:
+		_, err := cudaDeviceCount()
+		return err
+	case AMDGPU:
+		_, err := hipDeviceCount()
+		return err
+	case CambriconMLU, MooreGPU, HuaweiAscendNPU:
+		return fmt.Errorf("%v: %w: not implemented in HMC-Go", t, status.ErrUnsupported)
+	}
+	return fmt.Errorf("type %d: %w", int(t), status.ErrInvalidConfig)
+}
+
+// Type returns the resolved memory type (never Default).
+func (m *Memory) Type() Type { return m.typ }
+
+// DeviceID returns the device this Memory allocates on.
+func (m *Memory) DeviceID() int { return m.dev }
+
+// Alloc allocates size bytes. Host memory is page-aligned, zeroed and memfd-backed; device
+// memory is whatever the driver returns (at least 256-byte aligned on CUDA and HIP).
+func (m *Memory) Alloc(size uint64) (*Buffer, error) {
+	if size == 0 {
+		return nil, fmt.Errorf("memory: alloc of 0 bytes: %w", status.ErrInvalidConfig)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, fmt.Errorf("memory: alloc: %w", status.ErrClosed)
+	}
+	b, err := m.be.alloc(size)
+	if err != nil {
+		return nil, err
+	}
+	b.typ, b.dev, b.owner = m.typ, m.dev, m
+	m.live[b] = struct{}{}
+	return b, nil
+}
+
+// Free releases a buffer allocated by this Memory. Freeing a buffer twice, or one that another
+// Memory allocated, returns an error wrapping status.ErrInvalidConfig and changes nothing.
+func (m *Memory) Free(b *Buffer) error {
+	if b == nil {
+		return fmt.Errorf("memory: free of nil buffer: %w", status.ErrInvalidConfig)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.live[b]; !ok {
+		return fmt.Errorf("memory: free of a buffer not live in this %v memory: %w", m.typ, status.ErrInvalidConfig)
+	}
+	delete(m.live, b)
+	return m.be.free(b)
+}
+
+// CopyHostToDevice copies len(src) bytes from host memory to dst in this Memory.
+func (m *Memory) CopyHostToDevice(dst Ptr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	if dst == 0 {
+		return fmt.Errorf("memory: copy to null: %w", status.ErrInvalidConfig)
+	}
+	return m.be.copyHostToDevice(dst, src)
+}
+
+// CopyDeviceToHost copies len(dst) bytes from src in this Memory to host memory.
+func (m *Memory) CopyDeviceToHost(dst []byte, src Ptr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	if src == 0 {
+		return fmt.Errorf("memory: copy from null: %w", status.ErrInvalidConfig)
+	}
+	return m.be.copyDeviceToHost(dst, src)
+}
+
+// CopyDeviceToDevice copies n bytes between two addresses of this Memory. Overlapping ranges
+// are handled as memmove for CPU memory; for devices they follow the driver's memcpy.
+func (m *Memory) CopyDeviceToDevice(dst, src Ptr, n uint64) error {
+	if n == 0 {
+		return nil
+	}
+	if dst == 0 || src == 0 {
+		return fmt.Errorf("memory: copy with null address: %w", status.ErrInvalidConfig)
+	}
+	return m.be.copyDeviceToDevice(dst, src, n)
+}
+
+// Close frees every buffer still live and releases the device. It is idempotent.
+func (m *Memory) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	var first error
+	for b := range m.live {
+		if err := m.be.free(b); err != nil && first == nil {
+			first = err
+		}
+		delete(m.live, b)
+	}
+	if err := m.be.close(); err != nil && first == nil {
+		first = err
+	}
+	return first
+}
+
+// Buffer is one allocation. Its fields are fixed at allocation; it is invalid after Free.
+type Buffer struct {
+	ptr   Ptr
+	size  uint64
+	host  []byte // the bytes, for host-addressable memory; nil for device memory
+	whole []byte // the whole page-rounded mapping behind host, for munmap
+	fd    int    // the memfd behind host memory, -1 if none
+	typ   Type
+	dev   int
+	owner *Memory
+}
+
+// Ptr returns the buffer's address (host or device).
+func (b *Buffer) Ptr() Ptr { return b.ptr }
+
+// Size returns the size requested at allocation.
+func (b *Buffer) Size() uint64 { return b.size }
+
+// Bytes returns the buffer's bytes if it is host memory, else nil. The slice is valid until
+// Free; writes through it are visible to every process that maps the same memfd.
+func (b *Buffer) Bytes() []byte { return b.host }
+
+// FD returns the memfd backing a host buffer, or -1. The descriptor is owned by the buffer:
+// duplicate it before passing it on; it is closed by Free.
+func (b *Buffer) FD() int { return b.fd }
+
+// Type returns the buffer's memory type.
+func (b *Buffer) Type() Type { return b.typ }
+
+// DeviceID returns the device the buffer lives on.
+func (b *Buffer) DeviceID() int { return b.dev }
+
+// Memory returns the Memory that allocated the buffer.
+func (b *Buffer) Memory() *Memory { return b.owner }
