@@ -1,0 +1,472 @@
+package ctrl
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/hmc-go/hmc/status"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestHeaderPinned(t *testing.T) {
+	if HeaderSize != 8 || TypeInt != 1 || TypeStruct != 2 || FlagHello != 0x8000 {
+		t.Fatal("constants drifted from upstream HMC")
+	}
+	h := MakeHeader(TypeInt, 0x0102, 0x01020304)
+	want := []byte{0x01, 0x00, 0x02, 0x01, 0x04, 0x03, 0x02, 0x01}
+	if !bytes.Equal(h[:], want) {
+		t.Fatalf("header % x, want % x", h[:], want)
+	}
+	hello := AppendHello(nil, 7)
+	wantHello := []byte{0x02, 0x00, 0x00, 0x80, 0x04, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00}
+	if !bytes.Equal(hello, wantHello) {
+		t.Fatalf("hello % x, want % x", hello, wantHello)
+	}
+	var hh Header
+	copy(hh[:], hello)
+	r, err := ParseHello(hh, hello[8:])
+	if err != nil || r != 7 {
+		t.Fatalf("ParseHello = %d, %v", r, err)
+	}
+	if UDSPathFor("/tmp/", 3) != "/tmp/hmc_ctrl_rank_3.sock" || UDSPathFor("/x", 0) != "/x/hmc_ctrl_rank_0.sock" {
+		t.Fatal("UDSPathFor")
+	}
+}
+
+func newManager(t testing.TB, rank uint32) *Manager {
+	t.Helper()
+	m, err := New(Config{SelfID: rank, HelloTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// pair returns a server (rank 0) and a client (rank 1) connected over tr.
+func pair(t testing.TB, tr Transport) (srv, cli *Manager) {
+	srv, cli = newManager(t, 0), newManager(t, 1)
+	ctx := ctxT(t)
+	switch tr {
+	case TCP:
+		if err := srv.Listen("127.0.0.1", 0, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := cli.DialTCP(ctx, 0, srv.TCPAddr().String()); err != nil {
+			t.Fatal(err)
+		}
+	case UDS:
+		path := UDSPathFor(t.TempDir(), 0)
+		if err := srv.Listen("", -1, path); err != nil {
+			t.Fatal(err)
+		}
+		if err := cli.DialUDS(ctx, 0, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srv.WaitPeer(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	return srv, cli
+}
+
+type point struct {
+	X, Y int32
+	Tag  uint64
+}
+
+func TestSendRecvBothWays(t *testing.T) {
+	for _, tr := range []Transport{TCP, UDS} {
+		t.Run(tr.String(), func(t *testing.T) {
+			srv, cli := pair(t, tr)
+			ctx := ctxT(t)
+			if err := cli.SendU64(ctx, 0, 0xDEADBEEFCAFE); err != nil {
+				t.Fatal(err)
+			}
+			if v, err := srv.RecvU64(ctx, 1); err != nil || v != 0xDEADBEEFCAFE {
+				t.Fatalf("RecvU64 = %x, %v", v, err)
+			}
+			if err := srv.SendInt(ctx, 1, -42); err != nil {
+				t.Fatal(err)
+			}
+			if v, err := cli.RecvInt(ctx, 0); err != nil || v != -42 {
+				t.Fatalf("RecvInt = %d, %v", v, err)
+			}
+			if err := cli.SendStruct(ctx, 0, point{1, -2, 3}); err != nil {
+				t.Fatal(err)
+			}
+			var p point
+			if err := srv.RecvStruct(ctx, 1, &p); err != nil || p != (point{1, -2, 3}) {
+				t.Fatalf("RecvStruct = %+v, %v", p, err)
+			}
+			big := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB, writev path
+			if err := cli.Send(ctx, 0, TypeStruct, 0, big); err != nil {
+				t.Fatal(err)
+			}
+			msg, err := srv.Recv(ctx, 1)
+			if err != nil || !bytes.Equal(msg.Payload, big) {
+				t.Fatalf("big frame: %v", err)
+			}
+			// A typed receive of the wrong kind consumes the message and says so.
+			_ = cli.SendInt(ctx, 0, 1)
+			if _, err := srv.RecvU64(ctx, 1); !errors.Is(err, status.ErrProtocol) {
+				t.Fatalf("RecvU64 of an int: %v", err)
+			}
+			if srv.PeerAddr(1) == nil || !srv.HasPeer(1) || srv.HasPeer(9) {
+				t.Fatal("peer bookkeeping")
+			}
+		})
+	}
+}
+
+func TestInternalTypesAreSeparate(t *testing.T) {
+	srv, cli := pair(t, UDS)
+	ctx := ctxT(t)
+	_ = cli.Send(ctx, 0, FirstInternalType+1, 0, []byte("internal"))
+	_ = cli.SendU64(ctx, 0, 5)
+	if v, err := srv.RecvU64(ctx, 1); err != nil || v != 5 {
+		t.Fatalf("user message behind an internal one: %d %v", v, err)
+	}
+	msg, err := srv.RecvType(ctx, 1, FirstInternalType+1)
+	if err != nil || string(msg.Payload) != "internal" {
+		t.Fatalf("RecvType: %q %v", msg.Payload, err)
+	}
+	if _, err := srv.RecvType(ctx, 1, TypeInt); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatal(err)
+	}
+}
+
+func TestRecvWaitsForLatePeer(t *testing.T) {
+	srv := newManager(t, 0)
+	if err := srv.Listen("127.0.0.1", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	got := make(chan uint64, 1)
+	go func() {
+		v, err := srv.RecvU64(ctx, 5)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- v
+	}()
+	time.Sleep(50 * time.Millisecond)
+	cli := newManager(t, 5)
+	if err := cli.DialTCP(ctx, 0, srv.TCPAddr().String()); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.SendU64(ctx, 0, 77); err != nil {
+		t.Fatal(err)
+	}
+	if v := <-got; v != 77 {
+		t.Fatalf("got %d", v)
+	}
+}
+
+func TestRecvDeadline(t *testing.T) {
+	srv, _ := pair(t, TCP)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := srv.Recv(ctx, 1)
+	if !errors.Is(err, status.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v", err)
+	}
+	if time.Since(start) > 2*time.Second {
+		t.Fatal("deadline not honoured")
+	}
+	// Never-seen rank: waits, then times out.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel2()
+	if err := srv.SendU64(ctx2, 99, 1); !errors.Is(err, status.ErrTimeout) {
+		t.Fatalf("send to absent rank: %v", err)
+	}
+}
+
+func TestConcurrentSendersNeverInterleave(t *testing.T) {
+	srv, cli := pair(t, TCP)
+	ctx := ctxT(t)
+	const senders, each = 8, 50
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Go(func() {
+			for i := range each {
+				size := 100 + (s*each+i)*97%20000 // mixes the small-copy and writev paths
+				p := bytes.Repeat([]byte{byte(s)}, size)
+				binary.LittleEndian.PutUint32(p, uint32(size))
+				if err := cli.Send(ctx, 0, TypeStruct, 0, p); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	for range senders * each {
+		msg, err := srv.Recv(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := msg.Payload
+		if int(binary.LittleEndian.Uint32(p)) != len(p) {
+			t.Fatal("length prefix mismatch: frames interleaved")
+		}
+		for _, b := range p[4:] {
+			if b != p[len(p)-1] {
+				t.Fatal("mixed bytes: frames interleaved")
+			}
+		}
+	}
+	wg.Wait()
+}
+
+func TestPeerDeathIsAnError(t *testing.T) {
+	srv, cli := pair(t, TCP)
+	ctx := ctxT(t)
+	_ = cli.SendU64(ctx, 0, 1)
+	cli.Close()
+	if v, err := srv.RecvU64(ctx, 1); err != nil || v != 1 {
+		t.Fatalf("queued message lost: %v", err)
+	}
+	start := time.Now()
+	if _, err := srv.Recv(ctx, 1); !errors.Is(err, status.ErrPeerClosed) {
+		t.Fatalf("recv from dead peer: %v", err)
+	}
+	if time.Since(start) > 2*time.Second {
+		t.Fatal("slow")
+	}
+	if err := srv.SendU64(ctx, 1, 2); err == nil {
+		t.Fatal("send to dead peer succeeded")
+	}
+}
+
+func TestMalformedFrames(t *testing.T) {
+	cases := []struct {
+		name  string
+		bytes []byte
+	}{
+		{"not hello", MakeHeader(TypeInt, 0, 4).bytes(0, 0, 0, 0)},
+		{"hello too long", MakeHeader(TypeStruct, FlagHello, 8).bytes(1, 0, 0, 0, 0, 0, 0, 0)},
+		{"oversized frame after hello", append(AppendHello(nil, 3), MakeHeader(TypeInt, 0, DefaultMaxFrame+1).bytes()...)},
+		{"second hello", append(AppendHello(nil, 3), AppendHello(nil, 3)...)},
+		{"truncated frame", append(AppendHello(nil, 3), MakeHeader(TypeInt, 0, 100).bytes(1, 2, 3)...)},
+		{"silent", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newManager(t, 0)
+			if err := srv.Listen("127.0.0.1", 0, ""); err != nil {
+				t.Fatal(err)
+			}
+			c, err := net.Dial("tcp", srv.TCPAddr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_, _ = c.Write(tc.bytes)
+			if tc.name == "truncated frame" {
+				_ = c.(*net.TCPConn).CloseWrite()
+			}
+			// The server must close the connection (EOF on our side) within the hello timeout.
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			var b [1]byte
+			if _, err := c.Read(b[:]); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("server kept the connection: %v", err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			if _, err := srv.Recv(ctx, 3); err == nil {
+				t.Fatal("a message was delivered from a malformed stream")
+			}
+		})
+	}
+}
+
+func (h Header) bytes(payload ...byte) []byte { return append(h[:], payload...) }
+
+func TestUDSLiveSocketIsNotStolen(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "s.sock")
+	a := newManager(t, 0)
+	if err := a.Listen("", -1, path); err != nil {
+		t.Fatal(err)
+	}
+	b := newManager(t, 0)
+	if err := b.Listen("", -1, path); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatalf("second server on a live socket: %v", err)
+	}
+	// A stale socket file (no server) is replaced.
+	stale := filepath.Join(dir, "stale.sock")
+	l, _ := net.Listen("unix", stale)
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	if err := b.Listen("", -1, stale); err != nil {
+		t.Fatalf("stale socket: %v", err)
+	}
+	// A regular file is not removed.
+	reg := filepath.Join(dir, "file")
+	_ = os.WriteFile(reg, []byte("x"), 0o600)
+	c := newManager(t, 0)
+	if err := c.Listen("", -1, reg); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatalf("regular file: %v", err)
+	}
+	if _, err := os.Stat(reg); err != nil {
+		t.Fatal("regular file removed")
+	}
+	a.Close()
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("socket not unlinked on Close: %v", err)
+	}
+}
+
+func TestListenErrors(t *testing.T) {
+	m := newManager(t, 0)
+	if err := m.Listen("127.0.0.1", -1, ""); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatal(err)
+	}
+	if err := m.Listen("127.0.0.1", 70000, ""); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatal(err)
+	}
+	if err := m.Listen("127.0.0.1", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Listen("127.0.0.1", 0, ""); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatal("second listen", err)
+	}
+	n := newManager(t, 0)
+	if err := n.Listen("127.0.0.1", m.TCPAddr().Port, ""); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatalf("port in use: %v", err)
+	}
+	if err := n.DialTCP(ctxT(t), 1, ""); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatal(err)
+	}
+	if err := n.DialUDS(ctxT(t), 1, filepath.Join(t.TempDir(), "none.sock")); !errors.Is(err, status.ErrFailed) {
+		t.Fatal(err)
+	}
+	if err := n.ClosePeer(42); !errors.Is(err, status.ErrNotFound) {
+		t.Fatal(err)
+	}
+	if err := n.Send(ctxT(t), 1, TypeStruct, FlagHello, nil); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{InboxDepth: -1}); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatal(err)
+	}
+}
+
+func TestCloseUnblocksWaiters(t *testing.T) {
+	srv, _ := pair(t, UDS)
+	errc := make(chan error, 2)
+	go func() { _, err := srv.Recv(context.Background(), 1); errc <- err }()
+	go func() { _, err := srv.Recv(context.Background(), 77); errc <- err }()
+	time.Sleep(20 * time.Millisecond)
+	srv.Close()
+	for range 2 {
+		select {
+		case err := <-errc:
+			if err == nil {
+				t.Fatal("nil error after Close")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close did not unblock Recv")
+		}
+	}
+	if _, err := srv.peerFor(1); !errors.Is(err, status.ErrClosed) {
+		t.Fatal(err)
+	}
+}
+
+func TestReconnectReplaces(t *testing.T) {
+	srv, cli := pair(t, TCP)
+	ctx := ctxT(t)
+	cli2 := newManager(t, 1)
+	if err := cli2.DialTCP(ctx, 0, srv.TCPAddr().String()); err != nil {
+		t.Fatal(err)
+	}
+	_ = cli2.SendU64(ctx, 0, 2)
+	if v, err := srv.RecvU64(ctx, 1); err != nil || v != 2 {
+		t.Fatalf("%d %v", v, err)
+	}
+	// The old client's connection was closed by the server.
+	deadline := time.Now().Add(5 * time.Second)
+	for cli.HasPeer(0) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if cli.HasPeer(0) {
+		t.Fatal("replaced connection still open")
+	}
+	if err := srv.ClosePeer(1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func FuzzHeader(f *testing.F) {
+	f.Add(AppendHello(nil, 1))
+	f.Add(MakeHeader(TypeInt, 0, 8).bytes(1, 2, 3, 4, 5, 6, 7, 8))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) < HeaderSize {
+			return
+		}
+		var h Header
+		copy(h[:], b)
+		if err := h.Check(1024); err == nil && (h.Length() > 1024 || h.IsHello()) {
+			t.Fatal("Check accepted a bad header")
+		}
+		if r, err := ParseHello(h, b[HeaderSize:]); err == nil {
+			if !bytes.Equal(AppendHello(nil, r), b) {
+				t.Fatal("hello does not round-trip")
+			}
+		}
+		h2 := MakeHeader(h.Type(), h.Flags(), h.Length())
+		if h2 != h {
+			t.Fatal("header does not round-trip")
+		}
+	})
+}
+
+func BenchmarkRoundTrip(b *testing.B) {
+	for _, tr := range []Transport{TCP, UDS} {
+		b.Run(tr.String(), func(b *testing.B) {
+			srv, cli := pair(b, tr)
+			ctx := context.Background()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					v, err := srv.RecvU64(ctx, 1)
+					if err != nil || srv.SendU64(ctx, 1, v) != nil {
+						return
+					}
+				}
+			}()
+			for b.Loop() {
+				if err := cli.SendU64(ctx, 0, 1); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := cli.RecvU64(ctx, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cli.Close()
+			<-done
+		})
+	}
+}
+

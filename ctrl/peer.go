@@ -1,0 +1,461 @@
+package ctrl
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hmc-go/hmc/status"
+)
+
+// peer is the state kept for one rank: its current connection (if any) and its inboxes. The
+// inboxes outlive connections, so a reconnecting peer's earlier messages are still delivered.
+type peer struct {
+	id    uint32
+	depth int
+
+	mu       sync.Mutex
+	conn     *pconn                   // current connection, nil if none; guarded by mu
+	ended    error                    // why the last connection ended, nil while one is live or before any; guarded by mu
+	changed  chan struct{}            // closed and replaced on every connection change; guarded by mu
+	user     chan Message             // TypeInt, TypeStruct and other types below FirstInternalType
+	internal map[MsgType]chan Message // guarded by mu
+}
+
+func newPeer(id uint32, depth int) *peer {
+	return &peer{id: id, depth: depth, changed: make(chan struct{}), user: make(chan Message, depth),
+		internal: make(map[MsgType]chan Message)}
+}
+
+// pconn is one control connection. Frames are written whole under wmu; one goroutine reads.
+type pconn struct {
+	c       net.Conn
+	wmu     sync.Mutex
+	scratch [HeaderSize + smallFrame]byte // guarded by wmu
+	done    chan struct{}
+	once    sync.Once
+}
+
+// smallFrame is the largest payload copied next to its header into one write; larger ones go
+// out as one writev of header and payload.
+const smallFrame = 240
+
+func (pc *pconn) close() {
+	pc.once.Do(func() {
+		close(pc.done)
+		_ = pc.c.Close() // ending the connection; readers see the error
+	})
+}
+
+// queue returns the inbox for messages of type t, creating an internal one on first use.
+func (p *peer) queue(t MsgType) (chan Message, error) {
+	if t < FirstInternalType {
+		return p.user, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	q, ok := p.internal[t]
+	if !ok {
+		if len(p.internal) >= maxInternalTypes {
+			return nil, fmt.Errorf("ctrl: more than %d internal message types from rank %d: %w", maxInternalTypes, p.id, status.ErrProtocol)
+		}
+		q = make(chan Message, p.depth)
+		p.internal[t] = q
+	}
+	return q, nil
+}
+
+// signal wakes everyone waiting on a connection change. Caller holds p.mu.
+func (p *peer) signal() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// closeConn ends the current connection, if any, and records why.
+func (p *peer) closeConn(why error) {
+	p.mu.Lock()
+	pc := p.conn
+	p.conn = nil
+	if why == nil {
+		why = status.ErrClosed
+	}
+	p.ended = why
+	p.signal()
+	p.mu.Unlock()
+	if pc != nil {
+		pc.close()
+	}
+}
+
+// connEnded records that pc stopped, unless a newer connection replaced it already.
+func (p *peer) connEnded(pc *pconn, why error) {
+	pc.close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn != pc {
+		return
+	}
+	p.conn = nil
+	p.ended = why
+	p.signal()
+}
+
+// peerFor returns the state of rank id, creating it.
+func (m *Manager) peerFor(id uint32) (*peer, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, fmt.Errorf("ctrl: %w", status.ErrClosed)
+	}
+	p, ok := m.peers[id]
+	if !ok {
+		p = newPeer(id, m.cfg.InboxDepth)
+		m.peers[id] = p
+	}
+	return p, nil
+}
+
+// attach makes c the connection of rank id, replacing (and closing) an older one, and starts
+// its reader.
+func (m *Manager) attach(id uint32, c net.Conn) error {
+	p, err := m.peerFor(id)
+	if err != nil {
+		return err
+	}
+	pc := &pconn{c: c, done: make(chan struct{})}
+	m.mu.Lock()
+	if m.closed { // re-checked under mu so that Close's wg.Wait covers the reader started here
+		m.mu.Unlock()
+		return fmt.Errorf("ctrl: %w", status.ErrClosed)
+	}
+	m.wg.Add(1)
+	m.mu.Unlock()
+	p.mu.Lock()
+	old := p.conn
+	p.conn, p.ended = pc, nil
+	p.signal()
+	p.mu.Unlock()
+	if old != nil {
+		m.cfg.Logger.Warn("ctrl: replacing connection", "rank", id, "remote", c.RemoteAddr())
+		old.close()
+	}
+	m.cfg.Logger.Debug("ctrl: peer connected", "rank", id, "remote", c.RemoteAddr())
+	go m.readLoop(p, pc) // owned by m (wg added above); ends when pc closes
+	return nil
+}
+
+func (m *Manager) readLoop(p *peer, pc *pconn) {
+	defer m.wg.Done()
+	why := m.read(p, pc)
+	m.cfg.Logger.Debug("ctrl: peer connection ended", "rank", p.id, "err", why)
+	p.connEnded(pc, why)
+}
+
+func (m *Manager) read(p *peer, pc *pconn) error {
+	var h Header
+	for {
+		if _, err := io.ReadFull(pc.c, h[:]); err != nil {
+			return fmt.Errorf("ctrl: rank %d: %w: %w", p.id, status.ErrPeerClosed, err)
+		}
+		if err := h.Check(m.cfg.MaxFrame); err != nil {
+			return err
+		}
+		msg := Message{Type: h.Type(), Flags: h.Flags(), Payload: make([]byte, h.Length())}
+		if _, err := io.ReadFull(pc.c, msg.Payload); err != nil {
+			return fmt.Errorf("ctrl: rank %d: truncated frame: %w: %w", p.id, status.ErrPeerClosed, err)
+		}
+		q, err := p.queue(msg.Type)
+		if err != nil {
+			return err
+		}
+		select {
+		case q <- msg:
+		case <-pc.done:
+			return fmt.Errorf("ctrl: rank %d: %w", p.id, status.ErrClosed)
+		}
+	}
+}
+
+// waitConn returns rank id's live connection, waiting (bounded by ctx) for one to appear if the
+// rank never connected. A rank whose connection ended fails at once with the reason.
+func (m *Manager) waitConn(ctx context.Context, p *peer) (*pconn, error) {
+	for {
+		p.mu.Lock()
+		pc, ended, changed := p.conn, p.ended, p.changed
+		p.mu.Unlock()
+		if pc != nil {
+			return pc, nil
+		}
+		if ended != nil {
+			return nil, ended
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("ctrl: waiting for rank %d: %w", p.id, status.FromContext(ctx))
+		case <-m.done:
+			return nil, fmt.Errorf("ctrl: %w", status.ErrClosed)
+		}
+	}
+}
+
+// WaitPeer blocks until rank id is connected (by either side), ctx ends, or its connection
+// has ended.
+func (m *Manager) WaitPeer(ctx context.Context, id uint32) error {
+	p, err := m.peerFor(id)
+	if err != nil {
+		return err
+	}
+	_, err = m.waitConn(ctx, p)
+	return err
+}
+
+// HasPeer reports whether rank id has a live connection.
+func (m *Manager) HasPeer(id uint32) bool {
+	m.mu.Lock()
+	p, ok := m.peers[id]
+	m.mu.Unlock()
+	if !ok {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.conn != nil
+}
+
+// PeerAddr returns the remote address of rank id's live connection, or nil.
+func (m *Manager) PeerAddr(id uint32) net.Addr {
+	m.mu.Lock()
+	p, ok := m.peers[id]
+	m.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn == nil {
+		return nil
+	}
+	return p.conn.c.RemoteAddr()
+}
+
+// ClosePeer closes the connection to rank id and drops its queued messages. A later dial or
+// accept for the same rank starts afresh. Closing an unknown rank returns ErrNotFound.
+func (m *Manager) ClosePeer(id uint32) error {
+	m.mu.Lock()
+	p, ok := m.peers[id]
+	delete(m.peers, id)
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("ctrl: close rank %d: %w", id, status.ErrNotFound)
+	}
+	p.closeConn(fmt.Errorf("ctrl: rank %d: %w", id, status.ErrClosed))
+	return nil
+}
+
+// Send sends one frame of type t with flags and payload to rank id, waiting (bounded by ctx) for
+// the rank to connect if it never has. The frame leaves in one write; concurrent Sends to one
+// rank never interleave. If ctx ends in the middle of a frame the connection is closed, since
+// its framing is lost.
+func (m *Manager) Send(ctx context.Context, id uint32, t MsgType, flags uint16, payload []byte) error {
+	if flags&FlagHello != 0 && t == TypeStruct {
+		return fmt.Errorf("ctrl: send: the HELLO flag is reserved: %w", status.ErrInvalidConfig)
+	}
+	if uint64(len(payload)) > uint64(m.cfg.MaxFrame) || uint64(len(payload)) > math.MaxUint32 {
+		return fmt.Errorf("ctrl: send of %d bytes exceeds the frame cap %d: %w", len(payload), m.cfg.MaxFrame, status.ErrInvalidConfig)
+	}
+	p, err := m.peerFor(id)
+	if err != nil {
+		return err
+	}
+	pc, err := m.waitConn(ctx, p)
+	if err != nil {
+		return fmt.Errorf("ctrl: send to rank %d: %w", id, err)
+	}
+	if err := pc.writeFrame(ctx, MakeHeader(t, flags, uint32(len(payload))), payload); err != nil {
+		return fmt.Errorf("ctrl: send to rank %d: %w", id, err)
+	}
+	return nil
+}
+
+var longAgo = time.Unix(1, 0)
+
+func (pc *pconn) writeFrame(ctx context.Context, h Header, payload []byte) error {
+	pc.wmu.Lock()
+	defer pc.wmu.Unlock()
+	dl, _ := ctx.Deadline()
+	_ = pc.c.SetWriteDeadline(dl) // zero time when ctx has none
+	if ctx.Done() != nil {
+		fired := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			_ = pc.c.SetWriteDeadline(longAgo) // interrupts a blocked write
+			close(fired)
+		})
+		defer func() {
+			if !stop() {
+				<-fired // let it finish before the next frame resets the deadline
+			}
+		}()
+	}
+	var (
+		n   int64
+		err error
+	)
+	if len(payload) <= smallFrame {
+		b := append(append(pc.scratch[:0], h[:]...), payload...)
+		var nn int
+		nn, err = pc.c.Write(b)
+		n = int64(nn)
+	} else {
+		bufs := net.Buffers{h[:], payload}
+		n, err = bufs.WriteTo(pc.c)
+	}
+	if err == nil {
+		return nil
+	}
+	if n > 0 {
+		pc.close() // a partial frame: the stream can no longer be parsed
+	}
+	if cerr := status.FromContext(ctx); cerr != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		return cerr
+	}
+	return fmt.Errorf("%w: %w", status.ErrPeerClosed, err)
+}
+
+// Recv returns the next message of a user type (TypeInt, TypeStruct or any type below
+// FirstInternalType) from rank id, waiting for the rank to connect and for a message, bounded by
+// ctx. Messages already queued are delivered even after the connection ended; then Recv fails
+// with the reason.
+func (m *Manager) Recv(ctx context.Context, id uint32) (Message, error) {
+	return m.recv(ctx, id, TypeInt)
+}
+
+// RecvType is Recv for an internal type (t >= FirstInternalType): each such type has its own
+// inbox, so protocols built on the control plane never see, or steal, user messages.
+func (m *Manager) RecvType(ctx context.Context, id uint32, t MsgType) (Message, error) {
+	if t < FirstInternalType {
+		return Message{}, fmt.Errorf("ctrl: RecvType(%#x): use Recv for user types: %w", t, status.ErrInvalidConfig)
+	}
+	return m.recv(ctx, id, t)
+}
+
+func (m *Manager) recv(ctx context.Context, id uint32, t MsgType) (Message, error) {
+	p, err := m.peerFor(id)
+	if err != nil {
+		return Message{}, err
+	}
+	q, err := p.queue(t)
+	if err != nil {
+		return Message{}, err
+	}
+	for {
+		select {
+		case msg := <-q:
+			return msg, nil
+		default:
+		}
+		p.mu.Lock()
+		live, ended, changed := p.conn != nil, p.ended, p.changed
+		p.mu.Unlock()
+		if !live && ended != nil {
+			// Check the queue once more: the reader may have queued a message just before it ended.
+			select {
+			case msg := <-q:
+				return msg, nil
+			default:
+			}
+			return Message{}, fmt.Errorf("ctrl: recv from rank %d: %w", id, ended)
+		}
+		select {
+		case msg := <-q:
+			return msg, nil
+		case <-changed:
+		case <-ctx.Done():
+			return Message{}, fmt.Errorf("ctrl: recv from rank %d: %w", id, status.FromContext(ctx))
+		case <-m.done:
+			return Message{}, fmt.Errorf("ctrl: recv: %w", status.ErrClosed)
+		}
+	}
+}
+
+// SendU64 sends a TypeInt frame with an 8-byte payload (upstream sendU64; HMC's tags).
+func (m *Manager) SendU64(ctx context.Context, id uint32, v uint64) error {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], v)
+	return m.Send(ctx, id, TypeInt, 0, b[:])
+}
+
+// RecvU64 receives a TypeInt frame with an 8-byte payload. A message of another type or size is
+// consumed and reported as ErrProtocol, as upstream.
+func (m *Manager) RecvU64(ctx context.Context, id uint32) (uint64, error) {
+	b, err := m.recvFixed(ctx, id, TypeInt, 8)
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(b), nil
+}
+
+// SendInt sends a TypeInt frame with a 4-byte payload (upstream sendInt).
+func (m *Manager) SendInt(ctx context.Context, id uint32, v int32) error {
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], uint32(v))
+	return m.Send(ctx, id, TypeInt, 0, b[:])
+}
+
+// RecvInt receives a TypeInt frame with a 4-byte payload.
+func (m *Manager) RecvInt(ctx context.Context, id uint32) (int32, error) {
+	b, err := m.recvFixed(ctx, id, TypeInt, 4)
+	if err != nil {
+		return 0, err
+	}
+	return int32(binary.LittleEndian.Uint32(b)), nil
+}
+
+// SendStruct sends v, a fixed-size value as encoding/binary understands it, little-endian, as
+// a TypeStruct frame (upstream sendStruct<T>).
+func (m *Manager) SendStruct(ctx context.Context, id uint32, v any) error {
+	if binary.Size(v) <= 0 {
+		return fmt.Errorf("ctrl: send struct %T: not a fixed-size value: %w", v, status.ErrInvalidConfig)
+	}
+	b, err := binary.Append(nil, binary.LittleEndian, v)
+	if err != nil {
+		return fmt.Errorf("ctrl: send struct %T: %w: %w", v, status.ErrInvalidConfig, err)
+	}
+	return m.Send(ctx, id, TypeStruct, 0, b)
+}
+
+// RecvStruct receives a TypeStruct frame into v (a pointer to a fixed-size value); the payload
+// must be exactly binary.Size(v) bytes.
+func (m *Manager) RecvStruct(ctx context.Context, id uint32, v any) error {
+	size := binary.Size(v)
+	if size <= 0 {
+		return fmt.Errorf("ctrl: recv struct %T: not a pointer to a fixed-size value: %w", v, status.ErrInvalidConfig)
+	}
+	b, err := m.recvFixed(ctx, id, TypeStruct, size)
+	if err != nil {
+		return err
+	}
+	if _, err := binary.Decode(b, binary.LittleEndian, v); err != nil {
+		return fmt.Errorf("ctrl: recv struct %T: %w: %w", v, status.ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+func (m *Manager) recvFixed(ctx context.Context, id uint32, t MsgType, size int) ([]byte, error) {
+	msg, err := m.Recv(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if msg.Type != t || len(msg.Payload) != size {
+		return nil, fmt.Errorf("ctrl: from rank %d: got type %#x with %d bytes, want type %#x with %d: %w",
+			id, msg.Type, len(msg.Payload), t, size, status.ErrProtocol)
+	}
+	return msg.Payload, nil
+}
