@@ -1,0 +1,325 @@
+package tcp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+type endpoint struct {
+	cfg        Config
+	local      []byte
+	remoteSize uint64
+	lanes      []*lane
+	next       atomic.Uint64 // round-robin lane cursor for chunks
+	ids        atomic.Uint64 // request ids, unique per endpoint
+	wg         sync.WaitGroup
+	closeOnce  sync.Once
+}
+
+// lane is one TCP connection: a writer goroutine drains wq, a reader goroutine completes
+// requests from their replies.
+type lane struct {
+	c     net.Conn
+	slots chan struct{} // in-flight semaphore, capacity MaxInflight
+	wq    chan outReq   // capacity MaxInflight: a holder of a slot never blocks on it
+	done  chan struct{} // closed by fail
+
+	failOnce sync.Once
+	mu       sync.Mutex
+	pending  map[uint64]pend // guarded by mu; nil once failed
+	err      error           // why the lane failed; guarded by mu
+}
+
+type outReq struct {
+	r       request
+	payload []byte // a PUT's bytes (a slice of the local region)
+}
+
+type pend struct {
+	op  *transport.Op
+	get bool
+	dst []byte // a GET's destination in the local region
+}
+
+// Dial connects cfg.Lanes (or the transport default) lanes to a target.
+func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transport.Endpoint, error) {
+	if cfg.Local == nil {
+		return nil, fmt.Errorf("tcp: dial without a local region: %w", status.ErrInvalidConfig)
+	}
+	local := cfg.Local.Bytes()
+	if local == nil {
+		return nil, fmt.Errorf("tcp: local region is %v memory; the TCP transport moves host memory only: %w",
+			cfg.Local.Type(), status.ErrUnsupported)
+	}
+	n := cfg.Lanes
+	if n == 0 {
+		n = t.cfg.Lanes
+	}
+	if n < 1 || n > maxLanes {
+		return nil, fmt.Errorf("tcp: %d lanes (1..%d): %w", n, maxLanes, status.ErrInvalidConfig)
+	}
+	if cfg.ListenPort < 0 || cfg.ListenPort > 65535 {
+		return nil, fmt.Errorf("tcp: listen port %d: %w", cfg.ListenPort, status.ErrInvalidConfig)
+	}
+	var sid [8]byte
+	_, _ = rand.Read(sid[:]) // crypto/rand.Read never fails on Linux
+	h := hello{lanes: uint16(n), rank: cfg.Rank, session: binary.LittleEndian.Uint64(sid[:]), listenPort: uint16(cfg.ListenPort)}
+	ep := &endpoint{cfg: t.cfg, local: local}
+	for i := range n {
+		h.lane = uint16(i)
+		c, w, err := t.dialLane(ctx, cfg.Addr, h)
+		if err != nil {
+			ep.Close()
+			return nil, err
+		}
+		if i == 0 {
+			ep.remoteSize = w.regionSize
+		} else if w.regionSize != ep.remoteSize {
+			_ = c.Close() // inconsistent target; the error says why
+			ep.Close()
+			return nil, fmt.Errorf("tcp: lanes of %s disagree on the region size: %w", cfg.Addr, status.ErrProtocol)
+		}
+		l := &lane{c: c, slots: make(chan struct{}, t.cfg.MaxInflight), wq: make(chan outReq, t.cfg.MaxInflight),
+			done: make(chan struct{}), pending: make(map[uint64]pend)}
+		ep.lanes = append(ep.lanes, l)
+		ep.wg.Add(2)
+		go ep.writeLoop(l) // owned by ep: Close fails the lane and waits
+		go ep.readLoop(l)  // likewise
+	}
+	return ep, nil
+}
+
+func (t *Transport) dialLane(ctx context.Context, addr string, h hello) (net.Conn, welcome, error) {
+	d := net.Dialer{KeepAlive: t.cfg.KeepAlive}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		if cerr := status.FromContext(ctx); cerr != nil {
+			return nil, welcome{}, fmt.Errorf("tcp: dial %s: %w", addr, cerr)
+		}
+		return nil, welcome{}, fmt.Errorf("tcp: dial %s: %w: %w", addr, status.ErrFailed, err)
+	}
+	tuneConn(c, t.cfg)
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(t.cfg.HandshakeTimeout)
+	}
+	_ = c.SetDeadline(dl)
+	var hb [helloSize]byte
+	h.encode(&hb)
+	var wb [welcomeSize]byte
+	if _, err = c.Write(hb[:]); err == nil {
+		_, err = io.ReadFull(c, wb[:])
+	}
+	var w welcome
+	if err == nil {
+		w, err = decodeWelcome(wb[:])
+	}
+	if err != nil {
+		_ = c.Close() // handshake failed; that error is reported
+		return nil, welcome{}, fmt.Errorf("tcp: handshake with %s: %w", addr, wrapIO(err))
+	}
+	_ = c.SetDeadline(time.Time{})
+	return c, w, nil
+}
+
+func wrapIO(err error) error {
+	if errors.Is(err, status.ErrFailed) || errors.Is(err, status.ErrUnsupported) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", status.ErrPeerClosed, err)
+}
+
+func (ep *endpoint) RemoteSize() uint64 { return ep.remoteSize }
+
+func (ep *endpoint) PutAsync(ctx context.Context, localOff, remoteOff, n uint64) (*transport.Op, error) {
+	return ep.post(ctx, opPut, localOff, remoteOff, n)
+}
+
+func (ep *endpoint) GetAsync(ctx context.Context, localOff, remoteOff, n uint64) (*transport.Op, error) {
+	return ep.post(ctx, opGet, localOff, remoteOff, n)
+}
+
+func (ep *endpoint) post(ctx context.Context, op uint8, localOff, remoteOff, n uint64) (*transport.Op, error) {
+	if err := transport.CheckRanges(uint64(len(ep.local)), ep.remoteSize, localOff, remoteOff, n); err != nil {
+		return nil, fmt.Errorf("tcp: %w", err)
+	}
+	chunk := ep.cfg.ChunkSize
+	parts := (n + chunk - 1) / chunk
+	o := transport.NewOp(int(parts))
+	if parts == 0 {
+		return o, nil
+	}
+	var first *lane
+	if parts == 1 {
+		first = ep.leastLoaded()
+	}
+	for i := range parts {
+		off := i * chunk
+		size := min(chunk, n-off)
+		l := first
+		if l == nil {
+			l = ep.lanes[ep.next.Add(1)%uint64(len(ep.lanes))]
+		}
+		r := request{op: op, id: ep.ids.Add(1), offset: remoteOff + off, length: size}
+		span := ep.local[localOff+off : localOff+off+size : localOff+off+size]
+		if err := l.post(ctx, r, span, o); err != nil {
+			for range parts - i {
+				o.Finish(err) // the parts never posted; posted ones finish on their own
+			}
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+func (ep *endpoint) leastLoaded() *lane {
+	best := ep.lanes[0]
+	for _, l := range ep.lanes[1:] {
+		if len(l.slots) < len(best.slots) {
+			best = l
+		}
+	}
+	return best
+}
+
+func (l *lane) post(ctx context.Context, r request, span []byte, o *transport.Op) error {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.done:
+		return l.failure()
+	default:
+		select {
+		case l.slots <- struct{}{}:
+		case <-l.done:
+			return l.failure()
+		case <-ctx.Done():
+			return fmt.Errorf("tcp: waiting for an in-flight slot: %w", status.FromContext(ctx))
+		}
+	}
+	p := pend{op: o, get: r.op == opGet}
+	out := outReq{r: r}
+	if p.get {
+		p.dst = span
+	} else {
+		out.payload = span
+	}
+	l.mu.Lock()
+	if l.pending == nil {
+		err := l.err
+		l.mu.Unlock()
+		return err
+	}
+	l.pending[r.id] = p
+	l.mu.Unlock()
+	l.wq <- out // never blocks: we hold one of MaxInflight slots and wq has MaxInflight places
+	return nil
+}
+
+func (l *lane) failure() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// fail ends the lane once: every request in flight completes with err.
+func (l *lane) fail(err error) {
+	l.failOnce.Do(func() {
+		l.mu.Lock()
+		l.err = err
+		pending := l.pending
+		l.pending = nil
+		l.mu.Unlock()
+		close(l.done)
+		_ = l.c.Close() // ending the lane; its goroutines see the error
+		for _, p := range pending {
+			p.op.Finish(err)
+		}
+	})
+}
+
+func (ep *endpoint) writeLoop(l *lane) {
+	defer ep.wg.Done()
+	var (
+		hb  [reqSize]byte
+		arr [2][]byte
+	)
+	for {
+		select {
+		case out := <-l.wq:
+			out.r.encode(&hb)
+			var err error
+			if len(out.payload) == 0 {
+				_, err = l.c.Write(hb[:])
+			} else {
+				arr[0], arr[1] = hb[:], out.payload
+				bufs := net.Buffers(arr[:])
+				_, err = bufs.WriteTo(l.c)
+			}
+			if err != nil {
+				l.fail(fmt.Errorf("tcp: send: %w", wrapIO(err)))
+				return
+			}
+		case <-l.done:
+			return
+		}
+	}
+}
+
+func (ep *endpoint) readLoop(l *lane) {
+	defer ep.wg.Done()
+	var rb [respSize]byte
+	for {
+		if _, err := io.ReadFull(l.c, rb[:]); err != nil {
+			l.fail(fmt.Errorf("tcp: receive: %w", wrapIO(err)))
+			return
+		}
+		r, err := decodeResponse(&rb)
+		if err != nil {
+			l.fail(err)
+			return
+		}
+		l.mu.Lock()
+		p, ok := l.pending[r.id]
+		delete(l.pending, r.id)
+		l.mu.Unlock()
+		if !ok || p.get != (r.op == opGetData) {
+			l.fail(fmt.Errorf("tcp: reply %#x for unknown request %d: %w", r.op, r.id, status.ErrProtocol))
+			return
+		}
+		var opErr error
+		if r.status == stOutOfRange {
+			opErr = fmt.Errorf("tcp: target refused the range: %w", status.ErrOutOfRange)
+		} else if p.get {
+			if _, err := io.ReadFull(l.c, p.dst); err != nil {
+				err = fmt.Errorf("tcp: receive: %w", wrapIO(err))
+				p.op.Finish(err)
+				l.fail(err)
+				return
+			}
+		}
+		<-l.slots
+		p.op.Finish(opErr)
+	}
+}
+
+// Close fails everything in flight with ErrClosed and waits for the lanes' goroutines.
+func (ep *endpoint) Close() error {
+	ep.closeOnce.Do(func() {
+		for _, l := range ep.lanes {
+			l.fail(fmt.Errorf("tcp: endpoint: %w", status.ErrClosed))
+		}
+	})
+	ep.wg.Wait()
+	return nil
+}

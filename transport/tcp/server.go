@@ -1,0 +1,220 @@
+package tcp
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+type server struct {
+	t        *Transport
+	region   []byte
+	rank     uint32
+	onAccept func(transport.PeerInfo)
+	l        net.Listener
+	wg       sync.WaitGroup
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{} // guarded by mu
+	closed bool                  // guarded by mu
+}
+
+// Listen serves cfg.Region on cfg.BindAddr. The region must be host memory.
+func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error) {
+	if cfg.Region == nil {
+		return nil, fmt.Errorf("tcp: listen without a region: %w", status.ErrInvalidConfig)
+	}
+	region := cfg.Region.Bytes()
+	if region == nil {
+		return nil, fmt.Errorf("tcp: region is %v memory; the TCP transport serves host memory only: %w",
+			cfg.Region.Type(), status.ErrUnsupported)
+	}
+	l, err := net.Listen("tcp", cfg.BindAddr)
+	if err != nil {
+		return nil, fmt.Errorf("tcp: listen %s: %w: %w", cfg.BindAddr, status.ErrInvalidConfig, err)
+	}
+	s := &server{t: t, region: region, rank: cfg.Rank, onAccept: cfg.OnAccept, l: l, conns: make(map[net.Conn]struct{})}
+	s.wg.Add(1)
+	go s.acceptLoop() // owned by s: Close closes l and waits
+	return s, nil
+}
+
+func (s *server) Addr() string { return s.l.Addr().String() }
+
+func (s *server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	err := s.l.Close()
+	for c := range s.conns {
+		_ = c.Close() // stopping; the lane goroutines see the error and exit
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("tcp: close: %w: %w", status.ErrFailed, err)
+	}
+	return nil
+}
+
+func (s *server) acceptLoop() {
+	defer s.wg.Done()
+	for {
+		c, err := s.l.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				s.t.cfg.Logger.Warn("tcp: accept stopped", "err", err)
+			}
+			return
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			_ = c.Close() // raced with Close
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serve(c) // owned by s: Close closes c and waits
+	}
+}
+
+func (s *server) serve(c net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		_ = c.Close() // the lane is over, whatever ended it
+	}()
+	tuneConn(c, s.t.cfg)
+	h, err := s.handshake(c)
+	if err != nil {
+		s.t.cfg.Logger.Warn("tcp: handshake failed", "remote", c.RemoteAddr(), "err", err)
+		return
+	}
+	if h.lane == 0 && s.onAccept != nil {
+		ip, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		s.onAccept(transport.PeerInfo{Rank: h.rank, IP: ip, ListenPort: int(h.listenPort)})
+	}
+	if err := s.serveRequests(c); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		s.t.cfg.Logger.Warn("tcp: lane closed", "remote", c.RemoteAddr(), "rank", h.rank, "err", err)
+	}
+}
+
+func (s *server) handshake(c net.Conn) (hello, error) {
+	_ = c.SetDeadline(time.Now().Add(s.t.cfg.HandshakeTimeout))
+	var b [helloSize]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		return hello{}, err
+	}
+	h, err := decodeHello(b[:])
+	if err != nil {
+		return hello{}, err
+	}
+	var w [welcomeSize]byte
+	welcome{rank: s.rank, regionSize: uint64(len(s.region))}.encode(&w)
+	if _, err := c.Write(w[:]); err != nil {
+		return hello{}, err
+	}
+	_ = c.SetDeadline(time.Time{})
+	return h, nil
+}
+
+// serveRequests is the target's whole data path for one lane: PUT payloads go from the socket
+// straight into the region; GET replies leave as one writev of header and region slice.
+func (s *server) serveRequests(c net.Conn) error {
+	var (
+		rb   [reqSize]byte
+		wb   [respSize]byte
+		arr  [2][]byte
+		size = uint64(len(s.region))
+	)
+	for {
+		if _, err := io.ReadFull(c, rb[:]); err != nil {
+			return err
+		}
+		r, err := decodeRequest(&rb)
+		if err != nil {
+			return err
+		}
+		inRange := buffer.CheckRange(size, r.offset, r.length) == nil
+		resp := response{id: r.id, status: stOK}
+		switch r.op {
+		case opPut:
+			resp.op = opPutAck
+			switch {
+			case inRange:
+				if _, err := io.ReadFull(c, s.region[r.offset:r.offset+r.length]); err != nil {
+					return err
+				}
+			case r.length <= size:
+				// Refused, but the payload is on the wire: skip it to stay in step.
+				resp.status = stOutOfRange
+				if _, err := io.CopyN(io.Discard, c, int64(r.length)); err != nil {
+					return err
+				}
+			default:
+				// No honest initiator sends more than the region it was told about.
+				return fmt.Errorf("tcp: PUT of %d bytes into a %d-byte region: %w", r.length, size, status.ErrProtocol)
+			}
+			resp.encode(&wb)
+			if _, err := c.Write(wb[:]); err != nil {
+				return err
+			}
+		case opGet:
+			resp.op = opGetData
+			if !inRange {
+				resp.status = stOutOfRange
+			}
+			resp.encode(&wb)
+			if !inRange || r.length == 0 {
+				if _, err := c.Write(wb[:]); err != nil {
+					return err
+				}
+				continue
+			}
+			arr[0], arr[1] = wb[:], s.region[r.offset:r.offset+r.length]
+			bufs := net.Buffers(arr[:])
+			if _, err := bufs.WriteTo(c); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func tuneConn(c net.Conn, cfg Config) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	_ = tc.SetNoDelay(true) // small requests and acks must not wait for Nagle
+	_ = tc.SetKeepAlive(true)
+	_ = tc.SetKeepAlivePeriod(cfg.KeepAlive)
+	if cfg.SocketBuffer > 0 {
+		_ = tc.SetReadBuffer(cfg.SocketBuffer)
+		_ = tc.SetWriteBuffer(cfg.SocketBuffer)
+	}
+}
+
+func portOf(addr string) int {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(p)
+	return n
+}

@@ -1,0 +1,282 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+	"github.com/hmc-go/hmc/transport/transporttest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const testChunk = 64 << 10
+
+func newTCP(t testing.TB) transport.Transport {
+	tr, err := New(Config{ChunkSize: testChunk, Lanes: 3, MaxInflight: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+func TestConformance(t *testing.T) {
+	transporttest.Run(t, transporttest.Options{New: newTCP, ChunkSize: testChunk})
+}
+
+func TestConformanceOneLaneDefaults(t *testing.T) {
+	transporttest.Run(t, transporttest.Options{
+		New:   func(t testing.TB) transport.Transport { tr, _ := New(Config{}); return tr },
+		Lanes: 1,
+	})
+}
+
+func TestWirePinned(t *testing.T) {
+	var hb [helloSize]byte
+	hello{lane: 1, lanes: 2, rank: 3, session: 4, listenPort: 5}.encode(&hb)
+	h, err := decodeHello(hb[:])
+	if err != nil || h != (hello{lane: 1, lanes: 2, rank: 3, session: 4, listenPort: 5}) {
+		t.Fatalf("%+v %v", h, err)
+	}
+	var rb [reqSize]byte
+	request{op: opGet, id: 9, offset: 10, length: 11}.encode(&rb)
+	want := []byte{2, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 11, 0, 0, 0, 0, 0, 0, 0}
+	if string(rb[:]) != string(want) {
+		t.Fatalf("request % x", rb)
+	}
+	rb[3] = 1
+	if _, err := decodeRequest(&rb); !errors.Is(err, status.ErrProtocol) {
+		t.Fatal("reserved bits accepted")
+	}
+	hb[26] = 1
+	if _, err := decodeHello(hb[:]); !errors.Is(err, status.ErrProtocol) {
+		t.Fatal("reserved hello bits accepted")
+	}
+	hb[26] = 0
+	hb[4] = 9
+	if _, err := decodeHello(hb[:]); !errors.Is(err, status.ErrUnsupported) {
+		t.Fatal("version mismatch accepted")
+	}
+}
+
+// rawClient performs a handshake by hand, to send requests no honest endpoint would.
+func rawClient(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	var hb [helloSize]byte
+	hello{lanes: 1}.encode(&hb)
+	if _, err := c.Write(hb[:]); err != nil {
+		t.Fatal(err)
+	}
+	var wb [welcomeSize]byte
+	if _, err := io.ReadFull(c, wb[:]); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestTargetChecksBounds(t *testing.T) {
+	region, _ := buffer.New(0, 4096, memory.CPU)
+	defer region.Close()
+	tr := newTCP(t)
+	srv, err := tr.Listen(transport.ServerConfig{BindAddr: "127.0.0.1:0", Region: region})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c := rawClient(t, srv.Addr())
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	var rb [reqSize]byte
+	var resp [respSize]byte
+	// A PUT past the end, with its payload: refused, payload skipped, nothing written.
+	request{op: opPut, id: 1, offset: 4000, length: 200}.encode(&rb)
+	payload := make([]byte, 200)
+	for i := range payload {
+		payload[i] = 0xEE
+	}
+	_, _ = c.Write(append(rb[:], payload...))
+	if _, err := io.ReadFull(c, resp[:]); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := decodeResponse(&resp); r.status != stOutOfRange || r.id != 1 {
+		t.Fatalf("response %+v", r)
+	}
+	for _, b := range region.Bytes() {
+		if b != 0 {
+			t.Fatal("refused PUT wrote into the region")
+		}
+	}
+	// A GET that wraps around: refused, no data.
+	request{op: opGet, id: 2, offset: ^uint64(0), length: 2}.encode(&rb)
+	_, _ = c.Write(rb[:])
+	if _, err := io.ReadFull(c, resp[:]); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := decodeResponse(&resp); r.status != stOutOfRange || r.id != 2 {
+		t.Fatalf("response %+v", r)
+	}
+	// The lane is still in step: a good PUT works.
+	request{op: opPut, id: 3, offset: 0, length: 3}.encode(&rb)
+	_, _ = c.Write(append(rb[:], 'a', 'b', 'c'))
+	if _, err := io.ReadFull(c, resp[:]); err != nil {
+		t.Fatal(err)
+	}
+	if string(region.Bytes()[:3]) != "abc" {
+		t.Fatal("good PUT after refusals")
+	}
+	// A PUT longer than the region is a protocol error: the target hangs up.
+	request{op: opPut, id: 4, offset: 0, length: 1 << 40}.encode(&rb)
+	_, _ = c.Write(rb[:])
+	if _, err := io.ReadFull(c, resp[:]); err == nil {
+		t.Fatal("target answered a PUT larger than its region")
+	}
+}
+
+func TestGarbageHandshake(t *testing.T) {
+	region, _ := buffer.New(0, 4096, memory.CPU)
+	defer region.Close()
+	tr, _ := New(Config{HandshakeTimeout: 200 * time.Millisecond})
+	srv, err := tr.Listen(transport.ServerConfig{BindAddr: "127.0.0.1:0", Region: region})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	for _, junk := range [][]byte{[]byte("GET / HTTP/1.1\r\n\r\n........"), nil} {
+		c, err := net.Dial("tcp", srv.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Write(junk)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var b [1]byte
+		if _, err := c.Read(b[:]); err == nil {
+			t.Fatal("target answered garbage")
+		}
+		c.Close()
+	}
+	// Dialing a non-HMC server fails cleanly within the deadline.
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			_, _ = c.Write(make([]byte, welcomeSize))
+			c.Close()
+		}
+	}()
+	local, _ := buffer.New(0, 4096, memory.CPU)
+	defer local.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := tr.Dial(ctx, transport.DialConfig{Addr: l.Addr().String(), Local: local}); !errors.Is(err, status.ErrProtocol) {
+		t.Fatalf("dial to a non-HMC server: %v", err)
+	}
+}
+
+func TestConfigAndDialErrors(t *testing.T) {
+	if _, err := New(Config{Lanes: 65}); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatal(err)
+	}
+	tr := newTCP(t)
+	if _, err := tr.Listen(transport.ServerConfig{BindAddr: "127.0.0.1:0"}); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatal(err)
+	}
+	region, _ := buffer.New(0, 4096, memory.CPU)
+	defer region.Close()
+	if _, err := tr.Listen(transport.ServerConfig{BindAddr: "256.0.0.1:0", Region: region}); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	if _, err := tr.Dial(ctx, transport.DialConfig{Addr: addr, Local: region}); !errors.Is(err, status.ErrFailed) {
+		t.Fatalf("dial to a closed port: %v", err)
+	}
+	if _, err := tr.Dial(ctx, transport.DialConfig{Addr: addr}); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatal(err)
+	}
+	if _, err := tr.Dial(ctx, transport.DialConfig{Addr: addr, Local: region, Lanes: 100}); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatal(err)
+	}
+}
+
+func TestOnAcceptSeesPeer(t *testing.T) {
+	region, _ := buffer.New(0, 4096, memory.CPU)
+	defer region.Close()
+	tr := newTCP(t)
+	got := make(chan transport.PeerInfo, 4)
+	srv, err := tr.Listen(transport.ServerConfig{BindAddr: "127.0.0.1:0", Region: region, OnAccept: func(p transport.PeerInfo) { got <- p }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ep, err := tr.Dial(ctx, transport.DialConfig{Addr: srv.Addr(), Local: region, Rank: 7, ListenPort: 2025, Lanes: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	select {
+	case p := <-got:
+		if p.Rank != 7 || p.ListenPort != 2025 || p.IP != "127.0.0.1" {
+			t.Fatalf("%+v", p)
+		}
+	case <-ctx.Done():
+		t.Fatal("no OnAccept")
+	}
+	select {
+	case p := <-got:
+		t.Fatalf("OnAccept called per lane: %+v", p)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+func BenchmarkPut(b *testing.B) {
+	for _, size := range []uint64{8, 64 << 10, 1 << 20, 4 << 20} {
+		b.Run(sizeName(size), func(b *testing.B) {
+			tr, _ := New(Config{})
+			p := transporttest.NewPair(b, tr, size, size, 0)
+			ctx := context.Background()
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := transport.Put(ctx, p.EP, 0, 0, size); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func sizeName(n uint64) string {
+	switch {
+	case n >= 1<<20:
+		return itoa(n>>20) + "MiB"
+	case n >= 1<<10:
+		return itoa(n>>10) + "KiB"
+	}
+	return itoa(n) + "B"
+}
+
+func itoa(n uint64) string {
+	if n < 10 {
+		return string(rune('0' + n))
+	}
+	return itoa(n/10) + string(rune('0'+n%10))
+}

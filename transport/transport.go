@@ -1,0 +1,147 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/status"
+)
+
+// ConnType names a transport. RDMA and UCX keep upstream HMC's values; TCP, SHM and AUTO are
+// HMC-Go's additions.
+type ConnType int
+
+// The connection types.
+const (
+	RDMA ConnType = 0 // RDMA verbs (through UCX restricted to rc/ud/dc)
+	UCX  ConnType = 1 // UCX (libucp)
+	TCP  ConnType = 2 // multi-lane TCP, pure Go
+	SHM  ConnType = 3 // same-host shared memory
+	AUTO ConnType = 4 // SHM for same-host peers, else UCX/RDMA when usable, else TCP
+)
+
+var connNames = [...]string{RDMA: "rdma", UCX: "ucx", TCP: "tcp", SHM: "shm", AUTO: "auto"}
+
+func (c ConnType) String() string {
+	if c >= 0 && int(c) < len(connNames) {
+		return connNames[c]
+	}
+	return fmt.Sprintf("ConnType(%d)", int(c))
+}
+
+// ParseConnType accepts the names printed by String, case-insensitively.
+func ParseConnType(s string) (ConnType, error) {
+	l := strings.ToLower(strings.TrimSpace(s))
+	for i, n := range connNames {
+		if n == l {
+			return ConnType(i), nil
+		}
+	}
+	return 0, fmt.Errorf("connection type %q (want rdma, ucx, tcp, shm or auto): %w", s, status.ErrInvalidConfig)
+}
+
+// PeerInfo is what a target learns about an initiator from its handshake.
+type PeerInfo struct {
+	Rank       uint32 // the initiator's rank
+	IP         string // the initiator's address as seen by the target
+	ListenPort int    // the initiator's own data listen port for this transport, 0 if none
+}
+
+// ServerConfig configures the target side of a transport.
+type ServerConfig struct {
+	// BindAddr is "host:port" to listen on; port 0 picks a free one.
+	BindAddr string
+	// Region is the registered buffer that peers may put into and get from. Requests are
+	// bounds-checked against it before a byte moves.
+	Region *buffer.ConnBuffer
+	// Rank is this process's rank, told to initiators.
+	Rank uint32
+	// OnAccept, if set, is called once per initiator endpoint, from a server goroutine.
+	OnAccept func(PeerInfo)
+}
+
+// DialConfig configures the initiator side of one endpoint.
+type DialConfig struct {
+	// Addr is the target's data address, "host:port".
+	Addr string
+	// Local is the initiator's registered buffer: local offsets refer to it.
+	Local *buffer.ConnBuffer
+	// Rank is the initiator's rank and ListenPort its own data listen port (0 if none), sent to
+	// the target so it can address the initiator back.
+	Rank       uint32
+	ListenPort int
+	// Lanes is the number of parallel connections (HMC's num_chs); 0 means the transport's
+	// default.
+	Lanes int
+}
+
+// Transport creates servers and endpoints of one ConnType.
+type Transport interface {
+	// Type returns the ConnType this transport implements.
+	Type() ConnType
+	// Listen starts serving cfg.Region to peers. Bind errors are returned, never logged.
+	Listen(cfg ServerConfig) (Server, error)
+	// Dial connects to a target and returns an endpoint for one-sided transfers.
+	Dial(ctx context.Context, cfg DialConfig) (Endpoint, error)
+}
+
+// Server is the target side: it serves requests against its region without the application's
+// involvement.
+type Server interface {
+	// Addr returns the address peers dial ("host:port").
+	Addr() string
+	// Close stops accepting, closes every served connection and waits for its goroutines.
+	Close() error
+}
+
+// Endpoint is the initiator's handle on one peer's region. Its methods are safe for concurrent
+// use; transfers on one endpoint may complete in any order.
+type Endpoint interface {
+	// PutAsync starts copying local[localOff, +n) to remote[remoteOff, +n). Both ranges are
+	// checked first (ErrOutOfRange, nothing moves). ctx bounds only the posting (which may wait
+	// for an in-flight slot); the returned Op completes when the bytes are visible in the
+	// target's region, or with an error.
+	PutAsync(ctx context.Context, localOff, remoteOff, n uint64) (*Op, error)
+	// GetAsync starts copying remote[remoteOff, +n) to local[localOff, +n); the Op completes
+	// when the bytes are in the local region.
+	GetAsync(ctx context.Context, localOff, remoteOff, n uint64) (*Op, error)
+	// RemoteSize returns the size of the target's region, as it declared at connect.
+	RemoteSize() uint64
+	// Close fails every transfer in flight with ErrClosed and releases the endpoint. It is
+	// idempotent and waits for the endpoint's goroutines.
+	Close() error
+}
+
+// Put is a blocking PutAsync: it returns when the bytes are visible at the target or ctx ends.
+// If ctx ends first, the target range is left unspecified (some, all or none of the bytes
+// arrived); bytes outside it are never touched.
+func Put(ctx context.Context, ep Endpoint, localOff, remoteOff, n uint64) error {
+	op, err := ep.PutAsync(ctx, localOff, remoteOff, n)
+	if err != nil {
+		return err
+	}
+	return op.Wait(ctx)
+}
+
+// Get is a blocking GetAsync, with Put's cancellation rules for the local range.
+func Get(ctx context.Context, ep Endpoint, localOff, remoteOff, n uint64) error {
+	op, err := ep.GetAsync(ctx, localOff, remoteOff, n)
+	if err != nil {
+		return err
+	}
+	return op.Wait(ctx)
+}
+
+// CheckRanges validates a transfer's local and remote ranges. Every transport calls it before
+// posting; targets check the remote range again on their side.
+func CheckRanges(localSize, remoteSize, localOff, remoteOff, n uint64) error {
+	if err := buffer.CheckRange(localSize, localOff, n); err != nil {
+		return fmt.Errorf("local: %w", err)
+	}
+	if err := buffer.CheckRange(remoteSize, remoteOff, n); err != nil {
+		return fmt.Errorf("remote: %w", err)
+	}
+	return nil
+}

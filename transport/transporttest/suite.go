@@ -1,0 +1,323 @@
+package transporttest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+// Options describe the transport under test.
+type Options struct {
+	// New returns a fresh transport.
+	New func(t testing.TB) transport.Transport
+	// ChunkSize is the transport's chunk size, for the chunk±1 sizes (0: 1 MiB).
+	ChunkSize uint64
+	// Lanes is the lane count to dial with (0: the transport's default).
+	Lanes int
+}
+
+// Run runs the whole suite against o.New.
+func Run(t *testing.T, o Options) {
+	if o.ChunkSize == 0 {
+		o.ChunkSize = 1 << 20
+	}
+	t.Run("PutGetSizes", func(t *testing.T) { testSizes(t, o) })
+	t.Run("OutOfRange", func(t *testing.T) { testOutOfRange(t, o) })
+	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, o) })
+	t.Run("AsyncWaitAnyOrder", func(t *testing.T) { testAsyncOrder(t, o) })
+	t.Run("Cancel", func(t *testing.T) { testCancel(t, o) })
+	t.Run("CloseWithOpsInFlight", func(t *testing.T) { testCloseInFlight(t, o) })
+	t.Run("TargetGone", func(t *testing.T) { testTargetGone(t, o) })
+}
+
+// Pair is a target region served by a transport and an initiator endpoint to it.
+type Pair struct {
+	Target, Local *buffer.ConnBuffer
+	Server        transport.Server
+	EP            transport.Endpoint
+}
+
+// NewPair serves a region of targetSize bytes on 127.0.0.1 and dials it with a local region of
+// localSize bytes. Everything is closed by t.Cleanup.
+func NewPair(t testing.TB, tr transport.Transport, targetSize, localSize uint64, lanes int) *Pair {
+	t.Helper()
+	p := &Pair{Target: newBuf(t, targetSize), Local: newBuf(t, localSize)}
+	srv, err := tr.Listen(transport.ServerConfig{BindAddr: "127.0.0.1:0", Region: p.Target, Rank: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Server = srv
+	t.Cleanup(func() { srv.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ep, err := tr.Dial(ctx, transport.DialConfig{Addr: srv.Addr(), Local: p.Local, Rank: 1, Lanes: lanes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.EP = ep
+	t.Cleanup(func() { ep.Close() })
+	if ep.RemoteSize() != targetSize {
+		t.Fatalf("RemoteSize %d, want %d", ep.RemoteSize(), targetSize)
+	}
+	return p
+}
+
+func newBuf(t testing.TB, size uint64) *buffer.ConnBuffer {
+	t.Helper()
+	b, err := buffer.New(0, size, memory.CPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func ctx10(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Fill writes a pattern derived from seed into b.
+func Fill(b []byte, seed uint32) {
+	x := seed*2654435761 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = byte(x)
+	}
+}
+
+func testSizes(t *testing.T, o Options) {
+	c := o.ChunkSize
+	lanes := uint64(max(o.Lanes, 4))
+	sizes := []uint64{0, 1, 7, 4097, c - 1, c, c + 1, lanes*c + 3}
+	maxSize := sizes[len(sizes)-1]
+	p := NewPair(t, o.New(t), 2*maxSize+64, 2*maxSize+64, o.Lanes)
+	ctx := ctx10(t)
+	for i, n := range sizes {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			localOff, remoteOff := uint64(i), maxSize+uint64(3*i)
+			src := p.Local.Bytes()[localOff : localOff+n]
+			Fill(src, uint32(i+1))
+			guardLo, guardHi := byteAt(p.Target, remoteOff, -1), byteAt(p.Target, remoteOff+n, 0)
+			if err := transport.Put(ctx, p.EP, localOff, remoteOff, n); err != nil {
+				t.Fatal(err)
+			}
+			// Visible on return: no wait, no notification.
+			if got := p.Target.Bytes()[remoteOff : remoteOff+n]; !bytes.Equal(got, src) {
+				t.Fatalf("put of %d bytes: target differs", n)
+			}
+			if byteAt(p.Target, remoteOff, -1) != guardLo || byteAt(p.Target, remoteOff+n, 0) != guardHi {
+				t.Fatal("put wrote outside its range")
+			}
+			// Get it back into another local place.
+			back := maxSize + 32
+			clear(p.Local.Bytes()[back : back+n])
+			if err := transport.Get(ctx, p.EP, back, remoteOff, n); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(p.Local.Bytes()[back:back+n], src) {
+				t.Fatalf("get of %d bytes differs", n)
+			}
+		})
+	}
+}
+
+func byteAt(b *buffer.ConnBuffer, off uint64, delta int) byte {
+	i := int(off) + delta
+	if i < 0 || i >= len(b.Bytes()) {
+		return 0
+	}
+	return b.Bytes()[i]
+}
+
+func testOutOfRange(t *testing.T, o Options) {
+	const size = 1 << 16
+	p := NewPair(t, o.New(t), size, 2*size, o.Lanes)
+	ctx := ctx10(t)
+	Fill(p.Target.Bytes(), 99)
+	before := bytes.Clone(p.Target.Bytes())
+	Fill(p.Local.Bytes(), 5)
+	cases := []struct{ lo, ro, n uint64 }{
+		{0, size - 10, 11},          // remote past end
+		{0, size + 1, 0},            // remote offset past end
+		{2*size - 1, 0, 2},          // local past end
+		{0, ^uint64(0) - 3, 8},      // remote wraps
+		{^uint64(0) - 3, 0, 8},      // local wraps
+		{0, 0, size + 1},            // longer than the remote region
+		{0, 1 << 62, 1<<63 + 1<<62}, // sum overflows
+	}
+	for _, c := range cases {
+		for _, put := range []bool{true, false} {
+			var err error
+			if put {
+				err = transport.Put(ctx, p.EP, c.lo, c.ro, c.n)
+			} else {
+				err = transport.Get(ctx, p.EP, c.lo, c.ro, c.n)
+			}
+			if !errors.Is(err, status.ErrOutOfRange) || status.CodeOf(err) != status.InvalidConfig {
+				t.Errorf("put=%v %+v: err = %v", put, c, err)
+			}
+		}
+	}
+	if !bytes.Equal(p.Target.Bytes(), before) {
+		t.Fatal("a refused transfer changed the target")
+	}
+	// The endpoint still works afterwards.
+	if err := transport.Put(ctx, p.EP, 0, 0, size); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(p.Target.Bytes(), p.Local.Bytes()[:size]) {
+		t.Fatal("put after refusals differs")
+	}
+}
+
+func testConcurrent(t *testing.T, o Options) {
+	const workers, slot = 8, 300_000
+	p := NewPair(t, o.New(t), workers*slot, workers*slot, o.Lanes)
+	ctx := ctx10(t)
+	Fill(p.Local.Bytes(), 3)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			off := uint64(w * slot)
+			for i := range 10 {
+				n := uint64(1 + (i*37171)%slot)
+				if err := transport.Put(ctx, p.EP, off, off, n); err != nil {
+					t.Error(err)
+					return
+				}
+				if !bytes.Equal(p.Target.Bytes()[off:off+n], p.Local.Bytes()[off:off+n]) {
+					t.Errorf("worker %d: target differs", w)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func testAsyncOrder(t *testing.T, o Options) {
+	const n, size = 32, 100_003
+	p := NewPair(t, o.New(t), n*size, n*size, o.Lanes)
+	ctx := ctx10(t)
+	Fill(p.Local.Bytes(), 11)
+	ops := make([]*transport.Op, n)
+	for i := range n {
+		op, err := p.EP.PutAsync(ctx, uint64(i*size), uint64(i*size), size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops[i] = op
+	}
+	for i := n - 1; i >= 0; i-- { // reverse order: upstream hangs here
+		if err := ops[i].Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(p.Target.Bytes(), p.Local.Bytes()) {
+		t.Fatal("async puts: target differs")
+	}
+	// Gets, waited in a shuffled order.
+	clear(p.Local.Bytes())
+	for i := range n {
+		op, err := p.EP.GetAsync(ctx, uint64(i*size), uint64(i*size), size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops[i] = op
+	}
+	for i := range n {
+		if err := ops[(i*7)%n].Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(p.Target.Bytes(), p.Local.Bytes()) {
+		t.Fatal("async gets: local differs")
+	}
+}
+
+func testCancel(t *testing.T, o Options) {
+	const size = 32 << 20
+	p := NewPair(t, o.New(t), size, size, o.Lanes)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := transport.Put(ctx, p.EP, 0, 0, size)
+	if err != nil && !errors.Is(err, status.ErrCanceled) {
+		t.Fatalf("cancelled put: %v", err)
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), time.Microsecond)
+	defer cancel2()
+	err = transport.Put(short, p.EP, 0, 0, size)
+	if err != nil && !errors.Is(err, status.ErrTimeout) {
+		t.Fatalf("timed-out put: %v", err)
+	}
+	// The endpoint is still usable, and the next put is whole.
+	Fill(p.Local.Bytes(), 77)
+	if err := transport.Put(ctx10(t), p.EP, 0, 0, size); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(p.Target.Bytes(), p.Local.Bytes()) {
+		t.Fatal("put after cancel differs")
+	}
+}
+
+func testCloseInFlight(t *testing.T, o Options) {
+	const size = 64 << 20
+	p := NewPair(t, o.New(t), size, size, o.Lanes)
+	ctx := ctx10(t)
+	var ops []*transport.Op
+	for range 4 {
+		op, err := p.EP.PutAsync(ctx, 0, 0, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops = append(ops, op)
+	}
+	if err := p.EP.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range ops {
+		// Each op either finished before Close or fails; none hangs.
+		if err := op.Wait(ctx); err != nil && status.CodeOf(err) != status.Error {
+			t.Fatalf("op after Close: %v", err)
+		}
+	}
+	if _, err := p.EP.PutAsync(ctx, 0, 0, 1); !errors.Is(err, status.ErrFailed) {
+		t.Fatalf("put on a closed endpoint: %v", err)
+	}
+}
+
+func testTargetGone(t *testing.T, o Options) {
+	const size = 64 << 20
+	p := NewPair(t, o.New(t), size, size, o.Lanes)
+	ctx := ctx10(t)
+	op, err := p.EP.PutAsync(ctx, 0, 0, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Server.Close()
+	start := time.Now()
+	_ = op.Wait(ctx) // may have finished first
+	err = transport.Put(ctx, p.EP, 0, 0, size)
+	if err == nil {
+		t.Fatal("put to a closed target succeeded")
+	}
+	if status.CodeOf(err) != status.Error {
+		t.Fatalf("put to a closed target: %v", err)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Fatal("took too long to notice")
+	}
+}
