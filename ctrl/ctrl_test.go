@@ -44,9 +44,10 @@ func TestHeaderPinned(t *testing.T) {
 	}
 }
 
-func newManager(t testing.TB, rank uint32) *Manager {
+func newManager(t testing.TB, _ uint32) *Manager {
 	t.Helper()
-	m, err := New(Config{SelfID: rank, HelloTimeout: time.Second})
+	m, err := New(Config{HelloTimeout: time.Second})
+
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func pair(t testing.TB, tr Transport) (srv, cli *Manager) {
 		if err := srv.Listen("127.0.0.1", 0, ""); err != nil {
 			t.Fatal(err)
 		}
-		if err := cli.DialTCP(ctx, 0, srv.TCPAddr().String()); err != nil {
+		if err := cli.DialTCP(ctx, 0, 1, srv.TCPAddr().String()); err != nil {
 			t.Fatal(err)
 		}
 	case UDS:
@@ -77,7 +78,7 @@ func pair(t testing.TB, tr Transport) (srv, cli *Manager) {
 		if err := srv.Listen("", -1, path); err != nil {
 			t.Fatal(err)
 		}
-		if err := cli.DialUDS(ctx, 0, path); err != nil {
+		if err := cli.DialUDS(ctx, 0, 1, path); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -169,7 +170,7 @@ func TestRecvWaitsForLatePeer(t *testing.T) {
 	}()
 	time.Sleep(50 * time.Millisecond)
 	cli := newManager(t, 5)
-	if err := cli.DialTCP(ctx, 0, srv.TCPAddr().String()); err != nil {
+	if err := cli.DialTCP(ctx, 0, 5, srv.TCPAddr().String()); err != nil {
 		t.Fatal(err)
 	}
 	if err := cli.SendU64(ctx, 0, 77); err != nil {
@@ -353,10 +354,10 @@ func TestListenErrors(t *testing.T) {
 	if err := n.Listen("127.0.0.1", m.TCPAddr().Port, ""); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Fatalf("port in use: %v", err)
 	}
-	if err := n.DialTCP(ctxT(t), 1, ""); !errors.Is(err, status.ErrInvalidConfig) {
+	if err := n.DialTCP(ctxT(t), 1, 0, ""); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Fatal(err)
 	}
-	if err := n.DialUDS(ctxT(t), 1, filepath.Join(t.TempDir(), "none.sock")); !errors.Is(err, status.ErrFailed) {
+	if err := n.DialUDS(ctxT(t), 1, 0, filepath.Join(t.TempDir(), "none.sock")); !errors.Is(err, status.ErrFailed) {
 		t.Fatal(err)
 	}
 	if err := n.ClosePeer(42); !errors.Is(err, status.ErrNotFound) {
@@ -396,7 +397,7 @@ func TestReconnectReplaces(t *testing.T) {
 	srv, cli := pair(t, TCP)
 	ctx := ctxT(t)
 	cli2 := newManager(t, 1)
-	if err := cli2.DialTCP(ctx, 0, srv.TCPAddr().String()); err != nil {
+	if err := cli2.DialTCP(ctx, 0, 1, srv.TCPAddr().String()); err != nil {
 		t.Fatal(err)
 	}
 	_ = cli2.SendU64(ctx, 0, 2)
@@ -469,4 +470,3 @@ func BenchmarkRoundTrip(b *testing.B) {
 		})
 	}
 }
-

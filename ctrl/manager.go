@@ -67,8 +67,6 @@ const (
 
 // Config configures a Manager. The zero value of each field means its default.
 type Config struct {
-	// SelfID is this process's rank, sent in the HELLO of every connection it dials.
-	SelfID uint32
 	// MaxFrame caps the payload of a received frame (default 4 MiB); a larger frame is a
 	// protocol error that closes the connection before anything is allocated.
 	MaxFrame uint32
@@ -127,7 +125,7 @@ type Manager struct {
 	hellos    chan struct{}    // semaphore of handshakes in progress
 }
 
-// New returns a Manager for rank cfg.SelfID. It starts nothing until Listen or a Dial.
+// New returns a Manager. It starts nothing until Listen or a Dial.
 func New(cfg Config) (*Manager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -140,9 +138,6 @@ func New(cfg Config) (*Manager, error) {
 		hellos: make(chan struct{}, maxPendingHellos),
 	}, nil
 }
-
-// SelfID returns this Manager's rank.
-func (m *Manager) SelfID() uint32 { return m.cfg.SelfID }
 
 // Listen starts a TCP listener on bindIP:tcpPort (if tcpPort >= 0; 0 picks a free port) and a
 // Unix socket listener at udsPath (if non-empty). A negative tcpPort means no TCP listener.
@@ -280,18 +275,19 @@ func (m *Manager) handshake(c net.Conn) {
 	}
 }
 
-// DialTCP connects to a peer's TCP control listener at addr ("host:port") and binds the
-// connection to rank peerID. An existing connection to peerID is replaced.
-func (m *Manager) DialTCP(ctx context.Context, peerID uint32, addr string) error {
-	return m.dial(ctx, peerID, "tcp", addr)
+// DialTCP connects to a peer's TCP control listener at addr ("host:port"), introduces itself
+// as rank selfID in the HELLO, and binds the connection to rank peerID (upstream connectTcp). An
+// existing connection to peerID is replaced.
+func (m *Manager) DialTCP(ctx context.Context, peerID, selfID uint32, addr string) error {
+	return m.dial(ctx, peerID, selfID, "tcp", addr)
 }
 
-// DialUDS connects to a peer's Unix control socket at path and binds it to rank peerID.
-func (m *Manager) DialUDS(ctx context.Context, peerID uint32, path string) error {
-	return m.dial(ctx, peerID, "unix", path)
+// DialUDS connects to a peer's Unix control socket at path, as DialTCP.
+func (m *Manager) DialUDS(ctx context.Context, peerID, selfID uint32, path string) error {
+	return m.dial(ctx, peerID, selfID, "unix", path)
 }
 
-func (m *Manager) dial(ctx context.Context, peerID uint32, network, addr string) error {
+func (m *Manager) dial(ctx context.Context, peerID, selfID uint32, network, addr string) error {
 	if addr == "" {
 		return fmt.Errorf("ctrl: dial %s with an empty address: %w", network, status.ErrInvalidConfig)
 	}
@@ -303,7 +299,7 @@ func (m *Manager) dial(ctx context.Context, peerID uint32, network, addr string)
 		}
 		return fmt.Errorf("ctrl: dial rank %d at %s %s: %w: %w", peerID, network, addr, status.ErrFailed, err)
 	}
-	hello := AppendHello(make([]byte, 0, HeaderSize+helloLen), m.cfg.SelfID)
+	hello := AppendHello(make([]byte, 0, HeaderSize+helloLen), selfID)
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetWriteDeadline(dl)
 	}

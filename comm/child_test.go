@@ -1,0 +1,194 @@
+package comm
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/ctrl"
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/transport"
+	"github.com/hmc-go/hmc/transport/transporttest"
+)
+
+// The test binary re-executes itself as the peer process when HMC_COMM_CHILD is set.
+func TestMain(m *testing.M) {
+	if os.Getenv("HMC_COMM_CHILD") == "server" {
+		if err := childServer(); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// Commands the parent sends to the child as u64 tags, followed by a request struct.
+const (
+	cmdCheck    = 1 // verify region[off, +len) == Fill(seed); reply 1 or 0
+	cmdFill     = 2 // fill region[off, +len) with Fill(seed); reply 1
+	cmdRecvData = 3 // RecvDataFrom the parent into len bytes and verify Fill(seed); reply 1 or 0
+	cmdSendData = 4 // SendDataTo the parent len bytes of Fill(seed)
+	cmdPutBack  = 5 // fill region[off,+len) with seed and Put it to the parent's region at the same offset; reply 1
+	cmdExit     = 9
+)
+
+type request struct {
+	Off, Len uint64
+	Seed     uint32
+	Port     uint32 // the parent's data port (cmdPutBack, cmdRecvData)
+}
+
+const childBufSize = 64 << 20
+
+func childServer() error {
+	buf, err := buffer.New(0, childBufSize, memory.CPU)
+	if err != nil {
+		return err
+	}
+	defer buf.Close()
+	c, err := New(buf, Config{Stream: StreamConfig{Offset: 32 << 20, SlotSize: 1 << 20}})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	uds := os.Getenv("HMC_COMM_UDS")
+	if err := c.InitServer("127.0.0.1", 0, 0, uds, transport.TCP); err != nil {
+		return err
+	}
+	fmt.Printf("READY %s %d\n", c.DataAddr(transport.TCP), c.CtrlAddr().Port)
+	ctx := context.Background()
+	const parent = 1
+	for {
+		tag, err := c.CtrlRecv(ctx, parent)
+		if err != nil {
+			return err
+		}
+		if tag == cmdExit {
+			return nil
+		}
+		var r request
+		if err := c.Ctrl().RecvStruct(ctx, parent, &r); err != nil {
+			return err
+		}
+		reply := uint64(1)
+		switch tag {
+		case cmdCheck:
+			want := make([]byte, r.Len)
+			transporttest.Fill(want, r.Seed)
+			got, err := buf.Slice(r.Off, r.Len)
+			if err != nil || !bytes.Equal(got, want) {
+				reply = 0
+			}
+		case cmdFill:
+			s, err := buf.Slice(r.Off, r.Len)
+			if err != nil {
+				return err
+			}
+			transporttest.Fill(s, r.Seed)
+		case cmdRecvData:
+			dst := make([]byte, r.Len+7) // capacity larger than the payload
+			n, err := c.RecvDataFrom(ctx, "127.0.0.1", int(r.Port), HostData(dst), transport.TCP)
+			want := make([]byte, r.Len)
+			transporttest.Fill(want, r.Seed)
+			if err != nil || n != r.Len || !bytes.Equal(dst[:n], want) {
+				fmt.Fprintln(os.Stderr, "child: recv data:", n, err)
+				reply = 0
+			}
+		case cmdSendData:
+			src := make([]byte, r.Len)
+			transporttest.Fill(src, r.Seed)
+			if err := c.SendDataTo(ctx, "127.0.0.1", int(r.Port), HostData(src), transport.TCP); err != nil {
+				fmt.Fprintln(os.Stderr, "child: send data:", err)
+				reply = 0
+			}
+		case cmdPutBack:
+			s, err := buf.Slice(r.Off, r.Len)
+			if err != nil {
+				return err
+			}
+			transporttest.Fill(s, r.Seed)
+			if err := c.Put(ctx, "127.0.0.1", int(r.Port), r.Off, r.Off, r.Len, transport.TCP); err != nil {
+				fmt.Fprintln(os.Stderr, "child: put back:", err)
+				reply = 0
+			}
+		}
+		if err := c.CtrlSend(ctx, parent, reply); err != nil {
+			return err
+		}
+	}
+}
+
+// child is a running peer process.
+type child struct {
+	cmd      *exec.Cmd
+	dataPort int
+	ctrlPort int
+	uds      string
+	done     chan error
+}
+
+func startChild(t *testing.T) *child {
+	t.Helper()
+	uds := ctrl.UDSPathFor(t.TempDir(), 0)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "HMC_COMM_CHILD=server", "HMC_COMM_UDS="+uds)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ch := &child{cmd: cmd, uds: uds, done: make(chan error, 1)}
+	line := make(chan string, 1)
+	go func() {
+		s := bufio.NewScanner(out)
+		for s.Scan() {
+			if strings.HasPrefix(s.Text(), "READY ") {
+				line <- s.Text()
+			}
+		}
+		ch.done <- cmd.Wait()
+	}()
+	select {
+	case l := <-line:
+		var addr string
+		if _, err := fmt.Sscanf(l, "READY %s %d", &addr, &ch.ctrlPort); err != nil {
+			t.Fatal(err)
+		}
+		ch.dataPort = transporttestPort(addr)
+	case err := <-ch.done:
+		t.Fatalf("child exited before READY: %v", err)
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("child did not start")
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		select {
+		case <-ch.done:
+		case <-time.After(10 * time.Second):
+			t.Error("child did not exit")
+		}
+	})
+	return ch
+}
+
+func transporttestPort(addr string) int {
+	i := strings.LastIndexByte(addr, ':')
+	var p int
+	fmt.Sscanf(addr[i+1:], "%d", &p)
+	return p
+}
+
