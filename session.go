@@ -1,0 +1,159 @@
+package hmc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/comm"
+	"github.com/hmc-go/hmc/ctrl"
+	"github.com/hmc-go/hmc/status"
+)
+
+// Option adjusts the Config a Session's Communicator is built with.
+type Option func(*comm.Config)
+
+// WithLogger sends connection events to l.
+func WithLogger(l *slog.Logger) Option { return func(c *comm.Config) { c.Logger = l } }
+
+// WithConfig replaces the Communicator's whole Config (NumChannels is still taken from
+// NewSession's argument when cfg leaves it 0).
+func WithConfig(cfg comm.Config) Option {
+	return func(c *comm.Config) { n := c.NumChannels; *c = cfg; c.NumChannels = max(c.NumChannels, n) }
+}
+
+// Session is a ConnBuffer and a Communicator over it: the Python SDK's Session in Go. Its
+// methods are safe for concurrent use.
+type Session struct {
+	buf     *buffer.ConnBuffer
+	comm    *comm.Communicator
+	localIP string
+}
+
+// NewSession allocates a bufferSize-byte ConnBuffer of memType on deviceID and a Communicator
+// with numChannels lanes per connection (0: the transport's default). localIP is this host's
+// address, used to pick a Unix control socket for peers on the same IP (as the Python SDK).
+func NewSession(deviceID int, bufferSize uint64, memType MemoryType, numChannels int, localIP string, opts ...Option) (*Session, error) {
+	buf, err := buffer.New(deviceID, bufferSize, memType)
+	if err != nil {
+		return nil, err
+	}
+	cfg := comm.Config{NumChannels: numChannels}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c, err := comm.New(buf, cfg)
+	if err != nil {
+		_ = buf.Close() // construction failed; that error is reported
+		return nil, err
+	}
+	return &Session{buf: buf, comm: c, localIP: localIP}, nil
+}
+
+// Buffer returns the Session's ConnBuffer.
+func (s *Session) Buffer() *buffer.ConnBuffer { return s.buf }
+
+// Comm returns the Session's Communicator.
+func (s *Session) Comm() *comm.Communicator { return s.comm }
+
+// InitServer starts the control plane on bindIP:ctrlTCPPort and on the Unix socket
+// ctrl.UDSPathFor(ctrlUDSDir, selfID) (when ctrlUDSDir is non-empty), and a data server of type
+// ct on bindIP:dataPort.
+func (s *Session) InitServer(bindIP string, dataPort, ctrlTCPPort int, selfID uint32, ctrlUDSDir string, ct ConnType) error {
+	uds := ""
+	if ctrlUDSDir != "" {
+		uds = ctrl.UDSPathFor(ctrlUDSDir, selfID)
+	}
+	if bindIP != "" && bindIP != "0.0.0.0" && s.localIP == "" {
+		s.localIP = bindIP
+	}
+	return s.comm.InitServer(bindIP, dataPort, ctrlTCPPort, uds, ct)
+}
+
+// Connect connects to rank peerID at peerIP (data on dataPort). The control link is a Unix
+// socket in udsDir when CTRL_TRANSPORT=uds, or when it is unset and the peer's IP equals this
+// Session's local IP (and udsDir is non-empty); otherwise TCP to peerIP:ctrlTCPPort.
+func (s *Session) Connect(ctx context.Context, peerID, selfID uint32, peerIP string, dataPort, ctrlTCPPort int, udsDir string, ct ConnType) error {
+	if s.comm.CheckConn(peerIP, dataPort, ct) == nil {
+		return nil
+	}
+	link := comm.CtrlLink{Transport: ctrl.TCP, IP: peerIP, Port: ctrlTCPPort}
+	t, forced := ctrl.TransportFromEnv()
+	useUDS := (forced && t == ctrl.UDS) || (!forced && s.localIP != "" && s.localIP != "0.0.0.0" && s.localIP == peerIP && udsDir != "")
+	if useUDS {
+		if udsDir == "" {
+			return fmt.Errorf("hmc: CTRL_TRANSPORT=uds needs a UDS directory: %w", status.ErrInvalidConfig)
+		}
+		link = comm.CtrlLink{Transport: ctrl.UDS, UDSPath: ctrl.UDSPathFor(udsDir, peerID)}
+	}
+	return s.comm.ConnectTo(ctx, peerID, selfID, peerIP, dataPort, link, ct)
+}
+
+// PutRemote puts local[localOff, +n) to the peer's buffer at remoteOff; it returns when the
+// bytes are visible there.
+func (s *Session) PutRemote(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct ConnType) error {
+	return s.comm.Put(ctx, ip, port, localOff, remoteOff, n, ct)
+}
+
+// GetRemote gets the peer's buffer [remoteOff, +n) into local[localOff, +n).
+func (s *Session) GetRemote(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct ConnType) error {
+	return s.comm.Get(ctx, ip, port, localOff, remoteOff, n, ct)
+}
+
+// PutNB starts a PutRemote and returns an id for Wait.
+func (s *Session) PutNB(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct ConnType) (uint64, error) {
+	return s.comm.PutNB(ctx, ip, port, localOff, remoteOff, n, ct)
+}
+
+// GetNB starts a GetRemote and returns an id for Wait.
+func (s *Session) GetNB(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct ConnType) (uint64, error) {
+	return s.comm.GetNB(ctx, ip, port, localOff, remoteOff, n, ct)
+}
+
+// Wait waits for operation ids, in any order.
+func (s *Session) Wait(ctx context.Context, ids ...uint64) error { return s.comm.Wait(ctx, ids...) }
+
+// CtrlSend sends a u64 tag to rank peer.
+func (s *Session) CtrlSend(ctx context.Context, peer uint32, tag uint64) error {
+	return s.comm.CtrlSend(ctx, peer, tag)
+}
+
+// CtrlRecv receives a u64 tag from rank peer.
+func (s *Session) CtrlRecv(ctx context.Context, peer uint32) (uint64, error) {
+	return s.comm.CtrlRecv(ctx, peer)
+}
+
+// Put copies data into the local buffer at off and returns the byte count (the Python
+// buf.put).
+func (s *Session) Put(data []byte, off uint64) (uint64, error) {
+	if err := s.buf.WriteFromCPU(data, off); err != nil {
+		return 0, err
+	}
+	return uint64(len(data)), nil
+}
+
+// GetInto copies len(dst) bytes of the local buffer at off into dst (the Python buf.get_into).
+func (s *Session) GetInto(dst []byte, off uint64) error { return s.buf.ReadToCPU(dst, off) }
+
+// CopyWithin copies n bytes inside the local buffer (overlap-safe on CPU buffers).
+func (s *Session) CopyWithin(dstOff, srcOff, n uint64) error {
+	return s.buf.CopyWithin(dstOff, srcOff, n)
+}
+
+// Disconnect closes the connection to the peer at (ip, port).
+func (s *Session) Disconnect(ip string, port int, ct ConnType) error {
+	return s.comm.Disconnect(ip, port, ct)
+}
+
+// CloseServer stops the data servers and the control plane; it never exits the process.
+func (s *Session) CloseServer() error { return s.comm.CloseServer() }
+
+// Close closes the Communicator, then the buffer. It is idempotent.
+func (s *Session) Close() error {
+	err := s.comm.Close()
+	if berr := s.buf.Close(); err == nil {
+		err = berr
+	}
+	return err
+}

@@ -1,0 +1,114 @@
+package hmc
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func port(t *testing.T, addr string) int {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+func TestSessionRoundTrip(t *testing.T) {
+	for _, env := range []string{"", "tcp", "uds"} {
+		t.Run("CTRL_TRANSPORT="+env, func(t *testing.T) {
+			t.Setenv("CTRL_TRANSPORT", env)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			dir := t.TempDir()
+			srv, err := NewSession(0, 1<<20, CPU, 1, "127.0.0.1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			if err := srv.InitServer("127.0.0.1", 0, 0, 0, dir, TCP); err != nil {
+				t.Fatal(err)
+			}
+			dataPort := port(t, srv.Comm().DataAddr(TCP))
+			cli, err := NewSession(0, 1<<20, CPU, 2, "127.0.0.1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cli.Close()
+			if err := cli.Connect(ctx, 0, 1, "127.0.0.1", dataPort, srv.Comm().CtrlAddr().Port, dir, AUTO); err != nil {
+				t.Fatal(err)
+			}
+			n, err := cli.Put([]byte("hello hmc"), 0)
+			if err != nil || n != 9 {
+				t.Fatal(n, err)
+			}
+			if err := cli.PutRemote(ctx, "127.0.0.1", dataPort, 0, 100, n, AUTO); err != nil {
+				t.Fatal(err)
+			}
+			if err := cli.CtrlSend(ctx, 0, 1); err != nil {
+				t.Fatal(err)
+			}
+			if tag, err := srv.CtrlRecv(ctx, 1); err != nil || tag != 1 {
+				t.Fatal(tag, err)
+			}
+			got := make([]byte, 9)
+			if err := srv.GetInto(got, 100); err != nil || string(got) != "hello hmc" {
+				t.Fatalf("%q %v", got, err)
+			}
+			// NB get back into another offset, then CopyWithin.
+			id, err := cli.GetNB(ctx, "127.0.0.1", dataPort, 500, 100, 9, TCP)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cli.Wait(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if err := cli.CopyWithin(1000, 500, 9); err != nil {
+				t.Fatal(err)
+			}
+			_ = cli.GetInto(got, 1000)
+			if string(got) != "hello hmc" {
+				t.Fatalf("%q", got)
+			}
+			// Buffer overflow is INVALID_CONFIG.
+			if _, err := cli.Put(make([]byte, 10), 1<<20-5); CodeOf(err) != InvalidConfig || !errors.Is(err, ErrOutOfRange) {
+				t.Fatal(err)
+			}
+			if err := cli.Disconnect("127.0.0.1", dataPort, TCP); err != nil {
+				t.Fatal(err)
+			}
+			if err := cli.PutRemote(ctx, "127.0.0.1", dataPort, 0, 0, 1, TCP); CodeOf(err) != NotFound {
+				t.Fatalf("not connected: %v", err)
+			}
+			if err := srv.CloseServer(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestSessionErrors(t *testing.T) {
+	if _, err := NewSession(0, 0, CPU, 1, ""); CodeOf(err) != InvalidConfig {
+		t.Fatal(err)
+	}
+	if _, err := NewSession(0, 10, MooreGPU, 1, ""); CodeOf(err) != Unsupported {
+		t.Fatal(err)
+	}
+	if _, err := NewSession(0, 10, CPU, -1, ""); CodeOf(err) != InvalidConfig {
+		t.Fatal(err)
+	}
+	t.Setenv("CTRL_TRANSPORT", "uds")
+	s, _ := NewSession(0, 10, CPU, 1, "")
+	defer s.Close()
+	if err := s.Connect(context.Background(), 0, 1, "127.0.0.1", 1, 1, "", TCP); CodeOf(err) != InvalidConfig {
+		t.Fatal(err)
+	}
+}
