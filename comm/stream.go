@@ -246,7 +246,10 @@ func (c *Communicator) sendStream(ctx context.Context, ep transport.Endpoint, ra
 		return nil
 	}
 	for off < total || len(fifo) > 0 {
-		if off < total && uint64(len(fifo)) < local.slots {
+		// Post the next chunk while a local slot and a receiver slot are free. With no receiver
+		// slot free, first announce the chunks in flight (the receiver credits only what it
+		// was told about); wait for a credit only when nothing is left to announce.
+		if off < total && uint64(len(fifo)) < local.slots && (credits > 0 || len(fifo) == 0) {
 			if credits == 0 {
 				if err := takeCredit(); err != nil {
 					return err

@@ -1,0 +1,411 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"net"
+	"slices"
+	"time"
+
+	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/comm"
+	"github.com/hmc-go/hmc/ctrl"
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+// Modes of upstream's uhm_app, reproduced over any transport.
+const (
+	ModeNone    = ""         // plain buffer-to-buffer op (put, get or lat)
+	ModeUHM     = "uhm"      // SendDataTo from the source memory: staging overlapped with transfer
+	ModeRDMACPU = "rdma_cpu" // stage untimed, time the put only ("network only")
+	ModeG2H2G   = "g2h2g"    // copy the whole source into the host buffer, then put; both timed
+	ModeSerial  = "serial"   // per half-buffer chunk: copy, then put, no overlap; timed
+)
+
+// Config configures a benchmark client.
+type Config struct {
+	PeerIP    string
+	DataPort  int
+	CtrlPort  int
+	Transport transport.ConnType
+	Op        string   // put, get or lat
+	Mode      string   // one of the Mode constants
+	Sizes     []uint64 // bytes per transfer
+	Iters     int      // iterations per size; 0: derived from Duration or a byte budget
+	Duration  time.Duration
+	Warmup    int
+	Lanes     int
+	Window    int         // transfers in flight for put/get (1: blocking)
+	Mem       memory.Type // where the source lives: CPU or a device type
+	Verify    bool        // checksum every transfer at the target (untimed)
+	// Progress, if set, is called after every timed iteration.
+	Progress func(size uint64, iter, iters int)
+}
+
+// Result is one size's measurement.
+type Result struct {
+	Transport string  `json:"transport"`
+	Op        string  `json:"op"`
+	Mode      string  `json:"mode,omitempty"`
+	Mem       string  `json:"mem"`
+	Size      uint64  `json:"size"`
+	Iters     int     `json:"iters"`
+	GBps      float64 `json:"gbps"` // 10^9 bytes per second over the timed wall clock
+	P50us     float64 `json:"p50_us"`
+	P99us     float64 `json:"p99_us"`
+	MeanUs    float64 `json:"mean_us"`
+	Lanes     int     `json:"lanes"`
+	Window    int     `json:"window"`
+	Verified  bool    `json:"verified"`
+}
+
+func (cfg *Config) validate() error {
+	switch cfg.Op {
+	case "put", "get", "lat":
+	default:
+		return fmt.Errorf("bench: op %q (want put, get or lat): %w", cfg.Op, status.ErrInvalidConfig)
+	}
+	switch cfg.Mode {
+	case ModeNone, ModeUHM, ModeRDMACPU, ModeG2H2G, ModeSerial:
+	default:
+		return fmt.Errorf("bench: mode %q (want uhm, rdma_cpu, g2h2g or serial): %w", cfg.Mode, status.ErrInvalidConfig)
+	}
+	if cfg.Mode != ModeNone && cfg.Op != "put" {
+		return fmt.Errorf("bench: mode %s measures puts; use --op put: %w", cfg.Mode, status.ErrInvalidConfig)
+	}
+	if len(cfg.Sizes) == 0 {
+		return fmt.Errorf("bench: no sizes: %w", status.ErrInvalidConfig)
+	}
+	if cfg.Window <= 0 || cfg.Op == "lat" || cfg.Mode != ModeNone {
+		cfg.Window = 1
+	}
+	if cfg.Mem == memory.Default {
+		cfg.Mem = memory.CPU
+	}
+	return nil
+}
+
+func (cfg *Config) iters(size uint64) int {
+	if cfg.Iters > 0 {
+		return cfg.Iters
+	}
+	if cfg.Duration > 0 {
+		return 0 // decided by the clock
+	}
+	n := int((1 << 30) / size) // about 1 GiB per size
+	return min(max(n, 20), 20000)
+}
+
+// Run connects to a benchmark server and measures every size; onResult gets each result as
+// soon as it is ready.
+func Run(ctx context.Context, cfg Config, onResult func(Result)) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	maxSize := slices.Max(cfg.Sizes)
+	buf, err := buffer.New(0, max(maxSize, 1<<20), memory.CPU)
+	if err != nil {
+		return err
+	}
+	defer buf.Close()
+	c, err := comm.New(buf, comm.Config{NumChannels: cfg.Lanes,
+		Stream: comm.StreamConfig{SlotSize: min(4<<20, max(maxSize/4, 64<<10), buf.Size()/2)}})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	link := comm.CtrlLink{Transport: ctrl.TCP, IP: cfg.PeerIP, Port: cfg.CtrlPort}
+	if err := c.ConnectTo(ctx, serverRank, clientRank, cfg.PeerIP, cfg.DataPort, link, cfg.Transport); err != nil {
+		return err
+	}
+	src, err := newSource(cfg.Mem, maxSize)
+	if err != nil {
+		return err
+	}
+	defer src.close()
+	r := &runner{cfg: cfg, c: c, buf: buf, src: src, ctx: ctx}
+	for _, size := range cfg.Sizes {
+		res, err := r.measure(size)
+		if err != nil {
+			return fmt.Errorf("bench: size %s: %w", FormatSize(size), err)
+		}
+		onResult(res)
+	}
+	_ = c.CtrlSend(ctx, serverRank, cmdExit) // the server also stops when we hang up
+	return nil
+}
+
+// source is the payload's home: host bytes, or device memory filled from host bytes.
+type source struct {
+	typ  memory.Type
+	host []byte
+	mem  *memory.Memory
+	dev  *memory.Buffer
+}
+
+func newSource(t memory.Type, size uint64) (*source, error) {
+	s := &source{typ: t, host: make([]byte, size)}
+	for i := range s.host {
+		s.host[i] = byte(i*131 + i>>8)
+	}
+	if t == memory.CPU {
+		return s, nil
+	}
+	m, err := memory.New(0, t)
+	if err != nil {
+		return nil, err
+	}
+	s.mem = m
+	if s.dev, err = m.Alloc(size); err != nil {
+		_ = m.Close()
+		return nil, err
+	}
+	return s, s.sync(size)
+}
+
+// stamp makes iteration i's payload distinct (for --verify) and returns it.
+func (s *source) stamp(i int, size uint64) error {
+	if size >= 8 {
+		binary.LittleEndian.PutUint64(s.host, uint64(i)+1)
+	} else {
+		s.host[0] = byte(i + 1)
+	}
+	if s.mem != nil {
+		return s.mem.CopyHostToDevice(s.dev.Ptr(), s.host[:min(size, 8)])
+	}
+	return nil
+}
+
+func (s *source) sync(size uint64) error {
+	if s.mem == nil {
+		return nil
+	}
+	return s.mem.CopyHostToDevice(s.dev.Ptr(), s.host[:size])
+}
+
+func (s *source) data(size uint64) comm.Data {
+	if s.mem == nil {
+		return comm.HostData(s.host[:size])
+	}
+	return comm.DeviceData(s.dev.Ptr(), size, s.typ, 0)
+}
+
+// stageInto copies source[a, +n) into the host buffer at off.
+func (s *source) stageInto(buf *buffer.ConnBuffer, a, n, off uint64) error {
+	if s.mem == nil {
+		return buf.WriteFromCPU(s.host[a:a+n], off)
+	}
+	dst, err := buf.Slice(off, n)
+	if err != nil {
+		return err
+	}
+	return s.mem.CopyDeviceToHost(dst, s.dev.Ptr()+memory.Ptr(a))
+}
+
+func (s *source) close() {
+	if s.mem != nil {
+		_ = s.mem.Close()
+	}
+}
+
+type runner struct {
+	cfg Config
+	c   *comm.Communicator
+	buf *buffer.ConnBuffer
+	src *source
+	ctx context.Context
+}
+
+func (r *runner) measure(size uint64) (Result, error) {
+	cfg := r.cfg
+	if err := r.src.sync(size); err != nil {
+		return Result{}, err
+	}
+	if cfg.Mode == ModeNone || cfg.Mode == ModeRDMACPU {
+		if err := r.src.stageInto(r.buf, 0, size, 0); err != nil {
+			return Result{}, err
+		}
+	}
+	if cfg.Op == "get" {
+		// The target's region must hold the source for gets to fetch (and --verify to check).
+		if err := r.c.Put(r.ctx, cfg.PeerIP, cfg.DataPort, 0, 0, size, cfg.Transport); err != nil {
+			return Result{}, err
+		}
+	}
+	for i := range cfg.Warmup {
+		if _, err := r.once(size, i); err != nil {
+			return Result{}, err
+		}
+	}
+	iters := cfg.iters(size)
+	lat := make([]time.Duration, 0, max(iters, 1024))
+	start := time.Now()
+	for i := 0; iters == 0 || i < iters; i++ {
+		if iters == 0 && time.Since(start) >= cfg.Duration && i > 0 {
+			break
+		}
+		if cfg.Verify && cfg.Op != "get" {
+			if err := r.src.stamp(i, size); err != nil {
+				return Result{}, err
+			}
+			if cfg.Mode == ModeNone || cfg.Mode == ModeRDMACPU {
+				if err := r.src.stageInto(r.buf, 0, min(size, 8), 0); err != nil {
+					return Result{}, err
+				}
+			}
+		}
+		d, err := r.once(size, i)
+		if err != nil {
+			return Result{}, err
+		}
+		lat = append(lat, d)
+		if cfg.Verify {
+			if err := r.verify(size); err != nil {
+				return Result{}, fmt.Errorf("iteration %d: %w", i, err)
+			}
+		}
+		if cfg.Progress != nil {
+			cfg.Progress(size, i+1, iters)
+		}
+	}
+	return summarize(cfg, size, lat), nil
+}
+
+// once performs one timed transfer of size bytes and returns its duration. With a window above
+// 1 it posts Window transfers and returns the time until all completed: one sample of Window
+// transfers.
+func (r *runner) once(size uint64, iter int) (time.Duration, error) {
+	cfg, ctx, c := r.cfg, r.ctx, r.c
+	ip, port, ct := cfg.PeerIP, cfg.DataPort, cfg.Transport
+	switch cfg.Mode {
+	case ModeUHM:
+		if err := c.CtrlSend(ctx, serverRank, cmdRecv); err != nil {
+			return 0, err
+		}
+		// Port 0: the server knows us as the only initiator from our IP.
+		if err := c.Ctrl().SendStruct(ctx, serverRank, command{Len: size, Mem: uint32(cfg.Mem)}); err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		if err := c.SendDataTo(ctx, ip, port, r.src.data(size), ct); err != nil {
+			return 0, err
+		}
+		d := time.Since(start)
+		crc, err := c.CtrlRecv(ctx, serverRank) // the server's checksum of what it received
+		if err != nil {
+			return 0, err
+		}
+		if cfg.Verify && uint32(crc) != crc32.ChecksumIEEE(r.src.host[:size]) {
+			return 0, fmt.Errorf("stream checksum mismatch: %w", status.ErrFailed)
+		}
+		return d, nil
+	case ModeG2H2G:
+		start := time.Now()
+		if err := r.src.stageInto(r.buf, 0, size, 0); err != nil {
+			return 0, err
+		}
+		err := c.Put(ctx, ip, port, 0, 0, size, ct)
+		return time.Since(start), err
+	case ModeSerial:
+		chunk := max(r.buf.Size()/2, 1)
+		start := time.Now()
+		for off := uint64(0); off < size; off += chunk {
+			n := min(chunk, size-off)
+			if err := r.src.stageInto(r.buf, off, n, off%r.buf.Size()); err != nil {
+				return 0, err
+			}
+			if err := c.Put(ctx, ip, port, off%r.buf.Size(), off, n, ct); err != nil {
+				return 0, err
+			}
+		}
+		return time.Since(start), nil
+	}
+	start := time.Now()
+	var err error
+	switch {
+	case cfg.Window > 1:
+		ids := make([]uint64, 0, cfg.Window)
+		for range cfg.Window {
+			var id uint64
+			if cfg.Op == "get" {
+				id, err = c.GetNB(ctx, ip, port, 0, 0, size, ct)
+			} else {
+				id, err = c.PutNB(ctx, ip, port, 0, 0, size, ct)
+			}
+			if err != nil {
+				return 0, err
+			}
+			ids = append(ids, id)
+		}
+		err = c.Wait(ctx, ids...)
+	case cfg.Op == "get":
+		err = c.Get(ctx, ip, port, 0, 0, size, ct)
+	default:
+		err = c.Put(ctx, ip, port, 0, 0, size, ct)
+	}
+	return time.Since(start), err
+}
+
+func (r *runner) verify(size uint64) error {
+	if r.cfg.Mode == ModeUHM {
+		return nil // checked in once
+	}
+	want := crc32.ChecksumIEEE(r.src.host[:size])
+	if r.cfg.Op == "get" {
+		b, _ := r.buf.Slice(0, size)
+		if crc32.ChecksumIEEE(b) != want {
+			return fmt.Errorf("get checksum mismatch: %w", status.ErrFailed)
+		}
+		return nil
+	}
+	if err := r.c.CtrlSend(r.ctx, serverRank, cmdVerify); err != nil {
+		return err
+	}
+	if err := r.c.Ctrl().SendStruct(r.ctx, serverRank, command{Len: size}); err != nil {
+		return err
+	}
+	got, err := r.c.CtrlRecv(r.ctx, serverRank)
+	if err != nil {
+		return err
+	}
+	if uint32(got) != want {
+		return fmt.Errorf("target checksum %08x, want %08x: %w", got, want, status.ErrFailed)
+	}
+	return nil
+}
+
+// summarize turns per-sample durations into a Result: bandwidth is bytes moved over the sum of
+// the samples' durations (the timed part of the wall clock).
+func summarize(cfg Config, size uint64, lat []time.Duration) Result {
+	res := Result{Transport: cfg.Transport.String(), Op: cfg.Op, Mode: cfg.Mode, Mem: cfg.Mem.String(), Size: size,
+		Iters: len(lat), Lanes: cfg.Lanes, Window: cfg.Window, Verified: cfg.Verify}
+	if len(lat) == 0 {
+		return res
+	}
+	var total time.Duration
+	for _, d := range lat {
+		total += d
+	}
+	sorted := slices.Clone(lat)
+	slices.Sort(sorted)
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	res.P50us = us(sorted[len(sorted)/2])
+	res.P99us = us(sorted[min(len(sorted)-1, len(sorted)*99/100)])
+	res.MeanUs = us(total / time.Duration(len(lat)))
+	if total > 0 {
+		res.GBps = float64(size) * float64(len(lat)*cfg.Window) / total.Seconds() / 1e9
+	}
+	return res
+}
+
+func hostOf(addr string) string {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return h
+}

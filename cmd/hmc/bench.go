@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/hmc-go/hmc/bench"
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/transport"
+)
+
+type benchFlags struct {
+	transport, op, sizes, mem, mode, plot string
+	iters, warmup, lanes, window        int
+	duration                            time.Duration
+	verify, jsonOut, quiet              bool
+	serverIP                            string
+	dataPort, ctrlPort                  int
+}
+
+func (f *benchFlags) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.transport, "transport", "auto", "tcp|shm|ucx|rdma|auto")
+	fl.StringVar(&f.op, "op", "put", "put|get|lat (lat: blocking 8-byte puts unless --sizes is given)")
+	fl.StringVar(&f.sizes, "sizes", "8,4KiB,64KiB,1MiB,4MiB,16MiB", "transfer sizes (KiB/MiB/GiB or k/m/g = 1024-based, KB/MB/GB = 1000-based)")
+	fl.IntVar(&f.iters, "iters", 0, "iterations per size (0: about 1 GiB per size, 20..20000, or --duration)")
+	fl.DurationVar(&f.duration, "duration", 0, "time per size instead of --iters")
+	fl.IntVar(&f.warmup, "warmup", 5, "untimed iterations per size")
+	fl.IntVar(&f.lanes, "lanes", 0, "connections per peer (HMC num_chs; 0: transport default)")
+	fl.IntVar(&f.window, "window", 1, "transfers in flight for put/get (1: blocking)")
+	fl.StringVar(&f.mem, "mem", "cpu", "where the source data lives: cpu|cuda|rocm")
+	fl.StringVar(&f.mode, "mode", "", "uhm_app mode: uhm|rdma_cpu|g2h2g|serial (default: plain buffer-to-buffer op)")
+	fl.BoolVar(&f.verify, "verify", false, "checksum every transfer at the target (untimed)")
+	fl.BoolVar(&f.jsonOut, "json", false, "one JSON object per line instead of a table")
+	fl.StringVar(&f.plot, "plot", "", "write a bandwidth-vs-size PNG chart to this file")
+	fl.BoolVar(&f.quiet, "quiet", false, "no progress bar")
+}
+
+func (f *benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
+	ct, err := transport.ParseConnType(f.transport)
+	if err != nil {
+		return bench.Config{}, err
+	}
+	sizes := f.sizes
+	if f.op == "lat" && !cmd.Flags().Changed("sizes") {
+		sizes = "8"
+	}
+	sz, err := bench.ParseSizes(sizes)
+	if err != nil {
+		return bench.Config{}, err
+	}
+	mt, err := memory.ParseType(f.mem)
+	if err != nil {
+		return bench.Config{}, err
+	}
+	return bench.Config{Transport: ct, Op: f.op, Mode: f.mode, Sizes: sz, Iters: f.iters, Duration: f.duration,
+		Warmup: f.warmup, Lanes: f.lanes, Window: f.window, Mem: mt, Verify: f.verify}, nil
+}
+
+func benchCmd() *cobra.Command {
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure transfers: with no role, starts a server child and runs the client against it on 127.0.0.1",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := f.config(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			srv, err := startServerChild(ctx, f.transport, slices.Max(cfg.Sizes))
+			if err != nil {
+				return err
+			}
+			defer srv.stop()
+			cfg.PeerIP, cfg.DataPort, cfg.CtrlPort = "127.0.0.1", srv.dataPort, srv.ctrlPort
+			return runClient(ctx, cmd.OutOrStdout(), cfg, &f)
+		},
+	}
+	f.add(cmd)
+	cmd.AddCommand(serverCmd(), clientCmd())
+	return cmd
+}
+
+func clientCmd() *cobra.Command {
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   "client",
+		Short: "Run the benchmark client against `hmc bench server` on another host",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := f.config(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			cfg.PeerIP, cfg.DataPort, cfg.CtrlPort = f.serverIP, f.dataPort, f.ctrlPort
+			return runClient(ctx, cmd.OutOrStdout(), cfg, &f)
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().StringVar(&f.serverIP, "server-ip", "127.0.0.1", "the server's IP")
+	cmd.Flags().IntVar(&f.dataPort, "data-port", 2025, "the server's data port")
+	cmd.Flags().IntVar(&f.ctrlPort, "ctrl-port", 2028, "the server's control port")
+	return cmd
+}
+
+func serverCmd() *cobra.Command {
+	var (
+		bind, tr, bufSize  string
+		dataPort, ctrlPort int
+	)
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Serve a buffer for `hmc bench client` (prints READY <data-addr> <ctrl-port> when listening)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ct, err := transport.ParseConnType(tr)
+			if err != nil {
+				return err
+			}
+			size, err := bench.ParseSize(bufSize)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			out := cmd.OutOrStdout()
+			return bench.Serve(ctx, bench.ServerConfig{BindIP: bind, DataPort: dataPort, CtrlPort: ctrlPort, BufferSize: size, Transport: ct},
+				func(addr string, cp int) { fmt.Fprintf(out, "READY %s %d\n", addr, cp) })
+		},
+	}
+	cmd.Flags().StringVar(&bind, "bind", "127.0.0.1", "address to listen on")
+	cmd.Flags().IntVar(&dataPort, "data-port", 2025, "data port (0: any)")
+	cmd.Flags().IntVar(&ctrlPort, "ctrl-port", 2028, "control port (0: any)")
+	cmd.Flags().StringVar(&tr, "transport", "auto", "tcp|shm|ucx|rdma|auto")
+	cmd.Flags().StringVar(&bufSize, "buffer", "256MiB", "buffer size (at least the largest transfer)")
+	return cmd
+}
+
+type serverChild struct {
+	cmd                *exec.Cmd
+	dataPort, ctrlPort int
+	done               chan error
+}
+
+// startServerChild runs `hmc bench server` as a child process on free loopback ports.
+func startServerChild(ctx context.Context, tr string, maxSize uint64) (*serverChild, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	bufSize := max(maxSize, 1<<20)
+	cmd := exec.CommandContext(ctx, exe, "bench", "server", "--bind", "127.0.0.1", "--data-port", "0", "--ctrl-port", "0",
+		"--transport", tr, "--buffer", strconv.FormatUint(bufSize, 10))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &serverChild{cmd: cmd, done: make(chan error, 1)}
+	ready := make(chan string, 1)
+	go func() { // owned by s: ends when the child's stdout closes, before Wait returns
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "READY ") {
+				ready <- sc.Text()
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+		s.done <- cmd.Wait()
+	}()
+	select {
+	case line := <-ready:
+		var addr string
+		if _, err := fmt.Sscanf(line, "READY %s %d", &addr, &s.ctrlPort); err != nil {
+			s.stop()
+			return nil, fmt.Errorf("bench: server said %q: %w", line, err)
+		}
+		_, p, _ := net.SplitHostPort(addr)
+		s.dataPort, _ = strconv.Atoi(p)
+		return s, nil
+	case err := <-s.done:
+		return nil, fmt.Errorf("bench: server child exited before listening: %v", err)
+	case <-time.After(30 * time.Second):
+		s.stop()
+		return nil, fmt.Errorf("bench: server child did not start within 30 s")
+	}
+}
+
+func (s *serverChild) stop() {
+	select {
+	case <-s.done:
+		return
+	case <-time.After(5 * time.Second): // it exits by itself after the client's exit command
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+}
+
+func runClient(ctx context.Context, out io.Writer, cfg bench.Config, f *benchFlags) error {
+	var bar *progressbar.ProgressBar
+	if !f.quiet && !f.jsonOut {
+		cfg.Progress = func(size uint64, i, n int) {
+			if i == 1 {
+				if bar != nil {
+					_ = bar.Finish()
+				}
+				total := int64(n)
+				if n == 0 {
+					total = -1
+				}
+				bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(os.Stderr),
+					progressbar.OptionSetDescription(bench.FormatSize(size)), progressbar.OptionClearOnFinish(),
+					progressbar.OptionThrottle(100*time.Millisecond))
+			}
+			_ = bar.Add(1)
+		}
+	}
+	table := bench.NewTable(out)
+	var results []bench.Result
+	err := bench.Run(ctx, cfg, func(r bench.Result) {
+		if bar != nil {
+			_ = bar.Finish()
+			bar = nil
+		}
+		results = append(results, r)
+		if f.jsonOut {
+			_ = bench.WriteJSON(out, r)
+		} else {
+			table.Add(r)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if f.plot != "" {
+		title := fmt.Sprintf("hmc bench --transport %s --op %s %s", f.transport, cfg.Op, cfg.Mode)
+		if err := bench.Plot(f.plot, title, results); err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+	}
+	return nil
+}

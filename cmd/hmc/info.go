@@ -1,0 +1,61 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/transport"
+)
+
+func infoCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "info",
+		Short: "List the memory types and transports available here, and why the others are not",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 4, 0, 2, ' ', 0)
+			fmt.Fprintln(w, "MEMORY TYPE\tVALUE\tSTATUS")
+			for _, t := range memory.Types {
+				if t == memory.Default {
+					m, err := memory.New(0, t)
+					if err == nil {
+						fmt.Fprintf(w, "%v\t%d\tresolves to %v\n", t, int(t), m.Type())
+						_ = m.Close()
+					}
+					continue
+				}
+				fmt.Fprintf(w, "%v\t%d\t%s\n", t, int(t), availability(memory.Probe(t)))
+			}
+			fmt.Fprintln(w, "\nTRANSPORT\tVALUE\tSTATUS")
+			for _, ct := range []transport.ConnType{transport.TCP, transport.SHM, transport.UCX, transport.RDMA, transport.AUTO} {
+				fmt.Fprintf(w, "%v\t%d\t%s\n", ct, int(ct), transportStatus(ct))
+			}
+			return w.Flush()
+		},
+	}
+}
+
+func availability(err error) string {
+	if err == nil {
+		return "available"
+	}
+	return "unavailable: " + err.Error()
+}
+
+func transportStatus(ct transport.ConnType) string {
+	switch ct {
+	case transport.TCP:
+		return "available (pure Go, multi-lane)"
+	case transport.AUTO:
+		return "available: chooses tcp (shm for same-host peers and ucx/rdma are not built yet)"
+	case transport.SHM:
+		return "unavailable: the same-host shared-memory transport is not built yet"
+	case transport.UCX:
+		return "unavailable: this binary was built without the ucx build tag"
+	case transport.RDMA:
+		return "unavailable: RDMA goes through UCX, which this binary was built without"
+	}
+	return "unknown"
+}
