@@ -191,4 +191,3 @@ func transporttestPort(addr string) int {
 	fmt.Sscanf(addr[i+1:], "%d", &p)
 	return p
 }
-

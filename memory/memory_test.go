@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/hmc-go/hmc/status"
@@ -145,15 +146,18 @@ func TestUnimplementedTypesAreUnsupported(t *testing.T) {
 	}
 }
 
-// requireGPU skips (or, with HMC_REQUIRE_GPU=1, fails) when memory of type ty is not usable.
+// requireGPU skips when memory of type ty is not usable, or fails if HMC_REQUIRE_GPU (a
+// comma-separated list of type names, e.g. NVIDIA_GPU) names it.
 func requireGPU(t *testing.T, ty Type) {
 	t.Helper()
 	if err := Probe(ty); err != nil {
 		if !errors.Is(err, status.ErrUnsupported) {
 			t.Fatalf("Probe(%v) returned a non-UNSUPPORT error: %v", ty, err)
 		}
-		if os.Getenv("HMC_REQUIRE_GPU") == "1" {
-			t.Fatalf("HMC_REQUIRE_GPU=1 but %v is unavailable: %v", ty, err)
+		for _, want := range strings.Split(os.Getenv("HMC_REQUIRE_GPU"), ",") {
+			if strings.EqualFold(strings.TrimSpace(want), ty.String()) {
+				t.Fatalf("HMC_REQUIRE_GPU names %v but it is unavailable: %v", ty, err)
+			}
 		}
 		t.Skipf("%v not available here: %v", ty, err)
 	}

@@ -24,11 +24,11 @@ import (
 
 type benchFlags struct {
 	transport, op, sizes, mem, mode, plot string
-	iters, warmup, lanes, window        int
-	duration                            time.Duration
-	verify, jsonOut, quiet              bool
-	serverIP                            string
-	dataPort, ctrlPort                  int
+	iters, warmup, lanes, window          int
+	duration                              time.Duration
+	verify, jsonOut, quiet                bool
+	serverIP                              string
+	dataPort, ctrlPort                    int
 }
 
 func (f *benchFlags) add(cmd *cobra.Command) {

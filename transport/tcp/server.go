@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"time"
 
@@ -110,7 +109,7 @@ func (s *server) serve(c net.Conn) {
 		ip, _, _ := net.SplitHostPort(c.RemoteAddr().String())
 		s.onAccept(transport.PeerInfo{Rank: h.rank, IP: ip, ListenPort: int(h.listenPort)})
 	}
-	if err := s.serveRequests(c); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+	if err := s.serveRequests(c); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		s.t.cfg.Logger.Warn("tcp: lane closed", "remote", c.RemoteAddr(), "rank", h.rank, "err", err)
 	}
 }
@@ -208,13 +207,4 @@ func tuneConn(c net.Conn, cfg Config) {
 		_ = tc.SetReadBuffer(cfg.SocketBuffer)
 		_ = tc.SetWriteBuffer(cfg.SocketBuffer)
 	}
-}
-
-func portOf(addr string) int {
-	_, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(p)
-	return n
 }
