@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"net"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/hmc-go/hmc/buffer"
@@ -408,4 +409,13 @@ func hostOf(addr string) string {
 		return addr
 	}
 	return h
+}
+
+func portOf(addr string) int {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(p)
+	return n
 }

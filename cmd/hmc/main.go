@@ -13,6 +13,13 @@ import (
 var version = "dev"
 
 func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "hmc:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "hmc",
 		Short:         "HMC-Go: move bytes between the memories of processes, as fast as the hardware allows",
@@ -24,8 +31,5 @@ func main() {
 		Short: "Print the version",
 		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "hmc", version) },
 	})
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "hmc:", err)
-		os.Exit(1)
-	}
+	return root
 }

@@ -1,0 +1,88 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+func TestParseSizes(t *testing.T) {
+	got, err := ParseSizes("8, 4KiB,64k,1MiB,2MB,1GiB")
+	want := []uint64{8, 4096, 65536, 1 << 20, 2e6, 1 << 30}
+	if err != nil || len(got) != len(want) {
+		t.Fatal(got, err)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("%d: %d want %d", i, got[i], want[i])
+		}
+	}
+	for _, bad := range []string{"", "0", "-1", "1TiB2", "x", "99999999999999GiB"} {
+		if _, err := ParseSizes(bad); !errors.Is(err, status.ErrInvalidConfig) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	if FormatSize(4<<20) != "4MiB" || FormatSize(1000) != "1000B" {
+		t.Fatal("FormatSize")
+	}
+}
+
+// TestServeAndRun runs the whole engine in one process: every op and mode, with --verify.
+func TestServeAndRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cases := []Config{
+		{Op: "put", Window: 1},
+		{Op: "put", Window: 4},
+		{Op: "get", Window: 3},
+		{Op: "lat"},
+		{Op: "put", Mode: ModeUHM},
+		{Op: "put", Mode: ModeRDMACPU},
+		{Op: "put", Mode: ModeG2H2G},
+		{Op: "put", Mode: ModeSerial},
+	}
+	for _, cfg := range cases {
+		t.Run(cfg.Op+"-"+cfg.Mode, func(t *testing.T) {
+			ready := make(chan [2]any, 1)
+			done := make(chan error, 1)
+			go func() {
+				done <- Serve(ctx, ServerConfig{BindIP: "127.0.0.1", BufferSize: 3 << 20, Transport: transport.TCP},
+					func(addr string, cp int) { ready <- [2]any{addr, cp} })
+			}()
+			r := <-ready
+			cfg.PeerIP, cfg.DataPort, cfg.CtrlPort = "127.0.0.1", portOf(r[0].(string)), r[1].(int)
+			cfg.Transport, cfg.Sizes, cfg.Iters, cfg.Warmup, cfg.Verify, cfg.Mem = transport.TCP, []uint64{1, 4097, 3 << 20}, 5, 1, true, memory.CPU
+			var results []Result
+			if err := Run(ctx, cfg, func(r Result) { results = append(results, r) }); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if len(results) != 3 || !results[2].Verified || results[2].GBps <= 0 || results[2].P99us < results[2].P50us {
+				t.Fatalf("%+v", results)
+			}
+			if cfg.Op == "put" && cfg.Mode == ModeNone && cfg.Window == 4 {
+				if err := Plot(filepath.Join(t.TempDir(), "p.png"), "t", results); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+	if err := Run(ctx, Config{Op: "put", Mode: "warp", Sizes: []uint64{1}}, nil); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatal(err)
+	}
+	if err := Run(ctx, Config{Op: "get", Mode: ModeUHM, Sizes: []uint64{1}}, nil); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatal(err)
+	}
+}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	root := newRoot()
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+func TestInfoAndVersion(t *testing.T) {
+	out, err := run(t, "info")
+	if err != nil || !strings.Contains(out, "CPU                1      available") || !strings.Contains(out, "tcp") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if out, err := run(t, "version"); err != nil || !strings.HasPrefix(out, "hmc ") {
+		t.Fatal(out, err)
+	}
+}
+
+func TestBenchFlagErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "--transport", "carrier-pigeon"},
+		{"bench", "--sizes", "0"},
+		{"bench", "--mem", "tpu"},
+		{"bench", "server", "--buffer", "x"},
+	} {
+		if _, err := run(t, args...); err == nil {
+			t.Errorf("%v: accepted", args)
+		}
+	}
+}
