@@ -16,6 +16,7 @@ import (
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
+	"github.com/hmc-go/hmc/transport/tcp"
 )
 
 // Modes of upstream's uhm_app, reproduced over any transport.
@@ -40,9 +41,11 @@ type Config struct {
 	Duration  time.Duration
 	Warmup    int
 	Lanes     int
-	Window    int         // transfers in flight for put/get (1: blocking)
-	Mem       memory.Type // where the source lives: CPU or a device type
-	Verify    bool        // checksum every transfer at the target (untimed)
+	Chunk     uint64        // the transport's chunk size (0: its default)
+	BusyPoll  time.Duration // spin on reads before parking (tcp.Config.BusyPoll)
+	Window    int           // transfers in flight for put/get (1: blocking)
+	Mem       memory.Type   // where the source lives: CPU or a device type
+	Verify    bool          // checksum every transfer at the target (untimed)
 	// Progress, if set, is called after every timed iteration.
 	Progress func(size uint64, iter, iters int)
 }
@@ -113,7 +116,7 @@ func Run(ctx context.Context, cfg Config, onResult func(Result)) error {
 		return err
 	}
 	defer buf.Close()
-	c, err := comm.New(buf, comm.Config{NumChannels: cfg.Lanes,
+	c, err := comm.New(buf, comm.Config{NumChannels: cfg.Lanes, TCP: tcp.Config{ChunkSize: cfg.Chunk, BusyPoll: cfg.BusyPoll},
 		Stream: comm.StreamConfig{SlotSize: min(4<<20, max(maxSize/4, 64<<10), buf.Size()/2)}})
 	if err != nil {
 		return err

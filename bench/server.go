@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"time"
 
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/comm"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
+	"github.com/hmc-go/hmc/transport/tcp"
 )
 
 // Ranks of the two benchmark processes.
@@ -39,6 +41,7 @@ type ServerConfig struct {
 	CtrlPort   int // 0: any
 	BufferSize uint64
 	Transport  transport.ConnType
+	BusyPoll   time.Duration // spin on reads before parking (tcp.Config.BusyPoll)
 }
 
 // Serve runs a benchmark server until the client says exit, the client goes away, or ctx ends.
@@ -49,7 +52,7 @@ func Serve(ctx context.Context, cfg ServerConfig, ready func(dataAddr string, ct
 		return err
 	}
 	defer buf.Close()
-	c, err := comm.New(buf, comm.Config{})
+	c, err := comm.New(buf, comm.Config{TCP: tcp.Config{BusyPoll: cfg.BusyPoll}})
 	if err != nil {
 		return err
 	}

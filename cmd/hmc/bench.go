@@ -23,12 +23,12 @@ import (
 )
 
 type benchFlags struct {
-	transport, op, sizes, mem, mode, plot string
-	iters, warmup, lanes, window          int
-	duration                              time.Duration
-	verify, jsonOut, quiet                bool
-	serverIP                              string
-	dataPort, ctrlPort                    int
+	transport, op, sizes, mem, mode, plot, chunk string
+	iters, warmup, lanes, window                 int
+	duration, busyPoll                           time.Duration
+	verify, jsonOut, quiet                       bool
+	serverIP                                     string
+	dataPort, ctrlPort                           int
 }
 
 func (f *benchFlags) add(cmd *cobra.Command) {
@@ -40,6 +40,7 @@ func (f *benchFlags) add(cmd *cobra.Command) {
 	fl.DurationVar(&f.duration, "duration", 0, "time per size instead of --iters")
 	fl.IntVar(&f.warmup, "warmup", 5, "untimed iterations per size")
 	fl.IntVar(&f.lanes, "lanes", 0, "connections per peer (HMC num_chs; 0: transport default)")
+	fl.StringVar(&f.chunk, "chunk", "", "transport chunk size: larger transfers are split across lanes (default: the transport's)")
 	fl.IntVar(&f.window, "window", 1, "transfers in flight for put/get (1: blocking)")
 	fl.StringVar(&f.mem, "mem", "cpu", "where the source data lives: cpu|cuda|rocm")
 	fl.StringVar(&f.mode, "mode", "", "uhm_app mode: uhm|rdma_cpu|g2h2g|serial (default: plain buffer-to-buffer op)")
@@ -47,6 +48,7 @@ func (f *benchFlags) add(cmd *cobra.Command) {
 	fl.BoolVar(&f.jsonOut, "json", false, "one JSON object per line instead of a table")
 	fl.StringVar(&f.plot, "plot", "", "write a bandwidth-vs-size PNG chart to this file")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress bar")
+	fl.DurationVar(&f.busyPoll, "busy-poll", 0, "spin on socket reads this long before parking, on both sides: lower latency, one busy core per lane (default 0; 100us with --op lat)")
 }
 
 func (f *benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
@@ -58,6 +60,9 @@ func (f *benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
 	if f.op == "lat" && !cmd.Flags().Changed("sizes") {
 		sizes = "8"
 	}
+	if f.op == "lat" && !cmd.Flags().Changed("busy-poll") {
+		f.busyPoll = 100 * time.Microsecond // latency is measured polling, as ucx_perftest does
+	}
 	sz, err := bench.ParseSizes(sizes)
 	if err != nil {
 		return bench.Config{}, err
@@ -66,8 +71,14 @@ func (f *benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
 	if err != nil {
 		return bench.Config{}, err
 	}
+	var chunk uint64
+	if f.chunk != "" {
+		if chunk, err = bench.ParseSize(f.chunk); err != nil {
+			return bench.Config{}, err
+		}
+	}
 	return bench.Config{Transport: ct, Op: f.op, Mode: f.mode, Sizes: sz, Iters: f.iters, Duration: f.duration,
-		Warmup: f.warmup, Lanes: f.lanes, Window: f.window, Mem: mt, Verify: f.verify}, nil
+		Warmup: f.warmup, Lanes: f.lanes, Chunk: chunk, BusyPoll: f.busyPoll, Window: f.window, Mem: mt, Verify: f.verify}, nil
 }
 
 func benchCmd() *cobra.Command {
@@ -82,7 +93,7 @@ func benchCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
-			srv, err := startServerChild(ctx, f.transport, slices.Max(cfg.Sizes))
+			srv, err := startServerChild(ctx, f.transport, slices.Max(cfg.Sizes), f.busyPoll)
 			if err != nil {
 				return err
 			}
@@ -123,6 +134,7 @@ func serverCmd() *cobra.Command {
 	var (
 		bind, tr, bufSize  string
 		dataPort, ctrlPort int
+		busyPoll           time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -139,7 +151,7 @@ func serverCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
 			out := cmd.OutOrStdout()
-			return bench.Serve(ctx, bench.ServerConfig{BindIP: bind, DataPort: dataPort, CtrlPort: ctrlPort, BufferSize: size, Transport: ct},
+			return bench.Serve(ctx, bench.ServerConfig{BindIP: bind, DataPort: dataPort, CtrlPort: ctrlPort, BufferSize: size, Transport: ct, BusyPoll: busyPoll},
 				func(addr string, cp int) { fmt.Fprintf(out, "READY %s %d\n", addr, cp) })
 		},
 	}
@@ -148,6 +160,7 @@ func serverCmd() *cobra.Command {
 	cmd.Flags().IntVar(&ctrlPort, "ctrl-port", 2028, "control port (0: any)")
 	cmd.Flags().StringVar(&tr, "transport", "auto", "tcp|shm|ucx|rdma|auto")
 	cmd.Flags().StringVar(&bufSize, "buffer", "256MiB", "buffer size (at least the largest transfer)")
+	cmd.Flags().DurationVar(&busyPoll, "busy-poll", 0, "spin on socket reads this long before parking")
 	return cmd
 }
 
@@ -158,14 +171,14 @@ type serverChild struct {
 }
 
 // startServerChild runs `hmc bench server` as a child process on free loopback ports.
-func startServerChild(ctx context.Context, tr string, maxSize uint64) (*serverChild, error) {
+func startServerChild(ctx context.Context, tr string, maxSize uint64, busyPoll time.Duration) (*serverChild, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	bufSize := max(maxSize, 1<<20)
 	cmd := exec.CommandContext(ctx, exe, "bench", "server", "--bind", "127.0.0.1", "--data-port", "0", "--ctrl-port", "0",
-		"--transport", tr, "--buffer", strconv.FormatUint(bufSize, 10))
+		"--transport", tr, "--buffer", strconv.FormatUint(bufSize, 10), "--busy-poll", busyPoll.String())
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -31,6 +31,10 @@ type endpoint struct {
 // requests from their replies.
 type lane struct {
 	c     net.Conn
+	r     io.Reader     // c, or a busy-polling reader over it
+	wmu   sync.Mutex    // held while a request is written: by the writer goroutine or a direct poster
+	hb    [reqSize]byte // guarded by wmu
+	arr   [2][]byte     // guarded by wmu
 	slots chan struct{} // in-flight semaphore, capacity MaxInflight
 	wq    chan outReq   // capacity MaxInflight: a holder of a slot never blocks on it
 	done  chan struct{} // closed by fail
@@ -90,7 +94,7 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 			ep.Close()
 			return nil, fmt.Errorf("tcp: lanes of %s disagree on the region size: %w", cfg.Addr, status.ErrProtocol)
 		}
-		l := &lane{c: c, slots: make(chan struct{}, t.cfg.MaxInflight), wq: make(chan outReq, t.cfg.MaxInflight),
+		l := &lane{c: c, r: newReader(c, t.cfg.BusyPoll), slots: make(chan struct{}, t.cfg.MaxInflight), wq: make(chan outReq, t.cfg.MaxInflight),
 			done: make(chan struct{}), pending: make(map[uint64]pend)}
 		ep.lanes = append(ep.lanes, l)
 		ep.wg.Add(2)
@@ -222,7 +226,38 @@ func (l *lane) post(ctx context.Context, r request, span []byte, o *transport.Op
 	}
 	l.pending[r.id] = p
 	l.mu.Unlock()
+	// Small requests on an idle lane are written by the caller itself: no hand-off to the
+	// writer goroutine on the latency path. Large ones are queued, so posting stays
+	// non-blocking.
+	if len(out.payload) <= directWriteMax && len(l.wq) == 0 && l.wmu.TryLock() {
+		err := l.write(out)
+		l.wmu.Unlock()
+		if err != nil {
+			l.fail(err) // completes this request's op with err
+		}
+		return nil
+	}
 	l.wq <- out // never blocks: we hold one of MaxInflight slots and wq has MaxInflight places
+	return nil
+}
+
+// directWriteMax is the largest payload a poster writes itself on an idle lane.
+const directWriteMax = 64 << 10
+
+// write sends one request (and a PUT's payload) in one write or writev. Caller holds wmu.
+func (l *lane) write(out outReq) error {
+	out.r.encode(&l.hb)
+	var err error
+	if len(out.payload) == 0 {
+		_, err = l.c.Write(l.hb[:])
+	} else {
+		l.arr[0], l.arr[1] = l.hb[:], out.payload
+		bufs := net.Buffers(l.arr[:])
+		_, err = bufs.WriteTo(l.c)
+	}
+	if err != nil {
+		return fmt.Errorf("tcp: send: %w", wrapIO(err))
+	}
 	return nil
 }
 
@@ -250,24 +285,14 @@ func (l *lane) fail(err error) {
 
 func (ep *endpoint) writeLoop(l *lane) {
 	defer ep.wg.Done()
-	var (
-		hb  [reqSize]byte
-		arr [2][]byte
-	)
 	for {
 		select {
 		case out := <-l.wq:
-			out.r.encode(&hb)
-			var err error
-			if len(out.payload) == 0 {
-				_, err = l.c.Write(hb[:])
-			} else {
-				arr[0], arr[1] = hb[:], out.payload
-				bufs := net.Buffers(arr[:])
-				_, err = bufs.WriteTo(l.c)
-			}
+			l.wmu.Lock()
+			err := l.write(out)
+			l.wmu.Unlock()
 			if err != nil {
-				l.fail(fmt.Errorf("tcp: send: %w", wrapIO(err)))
+				l.fail(err)
 				return
 			}
 		case <-l.done:
@@ -280,7 +305,7 @@ func (ep *endpoint) readLoop(l *lane) {
 	defer ep.wg.Done()
 	var rb [respSize]byte
 	for {
-		if _, err := io.ReadFull(l.c, rb[:]); err != nil {
+		if _, err := io.ReadFull(l.r, rb[:]); err != nil {
 			l.fail(fmt.Errorf("tcp: receive: %w", wrapIO(err)))
 			return
 		}
@@ -301,7 +326,7 @@ func (ep *endpoint) readLoop(l *lane) {
 		if r.status == stOutOfRange {
 			opErr = fmt.Errorf("tcp: target refused the range: %w", status.ErrOutOfRange)
 		} else if p.get {
-			if _, err := io.ReadFull(l.c, p.dst); err != nil {
+			if _, err := io.ReadFull(l.r, p.dst); err != nil {
 				err = fmt.Errorf("tcp: receive: %w", wrapIO(err))
 				p.op.Finish(err)
 				l.fail(err)

@@ -136,6 +136,7 @@ func (s *server) handshake(c net.Conn) (hello, error) {
 // serveRequests is the target's whole data path for one lane: PUT payloads go from the socket
 // straight into the region; GET replies leave as one writev of header and region slice.
 func (s *server) serveRequests(c net.Conn) error {
+	rd := newReader(c, s.t.cfg.BusyPoll)
 	var (
 		rb   [reqSize]byte
 		wb   [respSize]byte
@@ -143,7 +144,7 @@ func (s *server) serveRequests(c net.Conn) error {
 		size = uint64(len(s.region))
 	)
 	for {
-		if _, err := io.ReadFull(c, rb[:]); err != nil {
+		if _, err := io.ReadFull(rd, rb[:]); err != nil {
 			return err
 		}
 		r, err := decodeRequest(&rb)
@@ -157,13 +158,13 @@ func (s *server) serveRequests(c net.Conn) error {
 			resp.op = opPutAck
 			switch {
 			case inRange:
-				if _, err := io.ReadFull(c, s.region[r.offset:r.offset+r.length]); err != nil {
+				if _, err := io.ReadFull(rd, s.region[r.offset:r.offset+r.length]); err != nil {
 					return err
 				}
 			case r.length <= size:
 				// Refused, but the payload is on the wire: skip it to stay in step.
 				resp.status = stOutOfRange
-				if _, err := io.CopyN(io.Discard, c, int64(r.length)); err != nil {
+				if _, err := io.CopyN(io.Discard, rd, int64(r.length)); err != nil {
 					return err
 				}
 			default:

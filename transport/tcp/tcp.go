@@ -12,7 +12,7 @@ import (
 // Defaults for Config's zero fields.
 const (
 	DefaultLanes            = 2
-	DefaultChunkSize        = 1 << 20
+	DefaultChunkSize        = 2 << 20
 	DefaultMaxInflight      = 64
 	DefaultHandshakeTimeout = 5 * time.Second
 	DefaultKeepAlive        = 15 * time.Second
@@ -24,7 +24,7 @@ type Config struct {
 	// Lanes is the number of connections per endpoint when DialConfig.Lanes is 0 (default 2).
 	Lanes int
 	// ChunkSize is the largest request; longer transfers are cut into chunks spread over the
-	// lanes (default 1 MiB).
+	// lanes (default 2 MiB, measured best for 4 MiB puts over 2 lanes on loopback).
 	ChunkSize uint64
 	// MaxInflight bounds the requests outstanding per lane (default 64); posting beyond it
 	// waits, bounded by the caller's context.
@@ -36,6 +36,11 @@ type Config struct {
 	HandshakeTimeout time.Duration
 	// KeepAlive is the TCP keep-alive period that detects a vanished peer (default 15 s).
 	KeepAlive time.Duration
+	// BusyPoll, when positive, makes every lane reader (initiator and target) spin on
+	// non-blocking reads for up to this long before parking in the network poller: lower
+	// latency for small transfers at the price of a busy core per active lane, as UCX's
+	// polling does. 0 (the default) never spins.
+	BusyPoll time.Duration
 	// Logger receives connection events; nil means silent.
 	Logger *slog.Logger
 }
@@ -70,7 +75,7 @@ func (c *Config) setDefaults() {
 
 // Validate rejects impossible settings.
 func (c Config) Validate() error {
-	if c.Lanes < 0 || c.Lanes > maxLanes || c.MaxInflight < 0 || c.SocketBuffer < 0 {
+	if c.Lanes < 0 || c.Lanes > maxLanes || c.MaxInflight < 0 || c.SocketBuffer < 0 || c.BusyPoll < 0 {
 		return fmt.Errorf("tcp: lanes %d (max %d), inflight %d, socket buffer %d: %w",
 			c.Lanes, maxLanes, c.MaxInflight, c.SocketBuffer, status.ErrInvalidConfig)
 	}

@@ -40,6 +40,16 @@ func TestConformanceOneLaneDefaults(t *testing.T) {
 	})
 }
 
+func TestConformanceBusyPoll(t *testing.T) {
+	transporttest.Run(t, transporttest.Options{
+		New: func(t testing.TB) transport.Transport {
+			tr, _ := New(Config{ChunkSize: testChunk, BusyPoll: 20 * time.Microsecond})
+			return tr
+		},
+		ChunkSize: testChunk,
+	})
+}
+
 func TestWirePinned(t *testing.T) {
 	var hb [helloSize]byte
 	hello{lane: 1, lanes: 2, rank: 3, session: 4, listenPort: 5}.encode(&hb)

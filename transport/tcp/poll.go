@@ -1,0 +1,75 @@
+package tcp
+
+import (
+	"io"
+	"net"
+	"runtime"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// newReader returns c itself, or with spin > 0 a reader that busy-polls c's socket.
+func newReader(c net.Conn, spin time.Duration) io.Reader {
+	if spin <= 0 {
+		return c
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return c
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	return &pollReader{c: c, rc: rc, spin: spin}
+}
+
+// pollReader reads with non-blocking read(2) in a loop for up to spin before letting the
+// runtime park the goroutine until the socket is readable. Deadlines set on the conn still
+// apply to the parked wait.
+type pollReader struct {
+	c    net.Conn
+	rc   syscall.RawConn
+	spin time.Duration
+}
+
+func (p *pollReader) Read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	var (
+		n     int
+		rerr  error
+		until = time.Now().Add(p.spin)
+	)
+	err := p.rc.Read(func(fd uintptr) bool {
+		for {
+			n, rerr = unix.Read(int(fd), b)
+			switch {
+			case rerr == unix.EINTR:
+				continue
+			case rerr == unix.EAGAIN:
+				if time.Now().Before(until) {
+					// Let goroutines this lane just made runnable (a caller whose op
+					// completed) run first, on this P, instead of waiting out the spin.
+					runtime.Gosched()
+					continue
+				}
+				return false // park until readable, then try again
+			}
+			return true
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	if rerr != nil {
+		return 0, &net.OpError{Op: "read", Net: "tcp", Addr: p.c.RemoteAddr(), Err: rerr}
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
