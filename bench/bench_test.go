@@ -44,6 +44,7 @@ func TestServeAndRun(t *testing.T) {
 		{Op: "put", Window: 4},
 		{Op: "get", Window: 3},
 		{Op: "lat"},
+		{Op: "pingpong"},
 		{Op: "put", Mode: ModeUHM},
 		{Op: "put", Mode: ModeRDMACPU},
 		{Op: "put", Mode: ModeG2H2G},
@@ -59,7 +60,7 @@ func TestServeAndRun(t *testing.T) {
 			}()
 			r := <-ready
 			cfg.PeerIP, cfg.DataPort, cfg.CtrlPort = "127.0.0.1", portOf(r[0].(string)), r[1].(int)
-			cfg.Transport, cfg.Sizes, cfg.Iters, cfg.Warmup, cfg.Verify, cfg.Mem = transport.TCP, []uint64{1, 4097, 3 << 20}, 5, 1, true, memory.CPU
+			cfg.Transport, cfg.Sizes, cfg.Iters, cfg.Warmup, cfg.Verify, cfg.Mem = transport.TCP, []uint64{8, 4097, 3 << 20}, 5, 1, true, memory.CPU
 			var results []Result
 			if err := Run(ctx, cfg, func(r Result) { results = append(results, r) }); err != nil {
 				t.Fatal(err)

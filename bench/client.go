@@ -34,7 +34,7 @@ type Config struct {
 	DataPort  int
 	CtrlPort  int
 	Transport transport.ConnType
-	Op        string   // put, get or lat
+	Op        string   // put, get, lat (blocking put round trips) or pingpong (ucp_put_lat's half round trip)
 	Mode      string   // one of the Mode constants
 	Sizes     []uint64 // bytes per transfer
 	Iters     int      // iterations per size; 0: derived from Duration or a byte budget
@@ -69,9 +69,9 @@ type Result struct {
 
 func (cfg *Config) validate() error {
 	switch cfg.Op {
-	case "put", "get", "lat":
+	case "put", "get", "lat", "pingpong":
 	default:
-		return fmt.Errorf("bench: op %q (want put, get or lat): %w", cfg.Op, status.ErrInvalidConfig)
+		return fmt.Errorf("bench: op %q (want put, get, lat or pingpong): %w", cfg.Op, status.ErrInvalidConfig)
 	}
 	switch cfg.Mode {
 	case ModeNone, ModeUHM, ModeRDMACPU, ModeG2H2G, ModeSerial:
@@ -84,7 +84,10 @@ func (cfg *Config) validate() error {
 	if len(cfg.Sizes) == 0 {
 		return fmt.Errorf("bench: no sizes: %w", status.ErrInvalidConfig)
 	}
-	if cfg.Window <= 0 || cfg.Op == "lat" || cfg.Mode != ModeNone {
+	if cfg.Op == "pingpong" && cfg.Mode != ModeNone {
+		return fmt.Errorf("bench: pingpong takes no mode: %w", status.ErrInvalidConfig)
+	}
+	if cfg.Window <= 0 || cfg.Op == "lat" || cfg.Op == "pingpong" || cfg.Mode != ModeNone {
 		cfg.Window = 1
 	}
 	if cfg.Mem == memory.Default {
@@ -122,6 +125,12 @@ func Run(ctx context.Context, cfg Config, onResult func(Result)) error {
 		return err
 	}
 	defer c.Close()
+	if cfg.Op == "pingpong" {
+		// The server puts back into our buffer: it dials our data server on first use.
+		if err := c.InitServer(localIPFor(cfg.PeerIP), 0, -1, "", cfg.Transport); err != nil {
+			return err
+		}
+	}
 	link := comm.CtrlLink{Transport: ctrl.TCP, IP: cfg.PeerIP, Port: cfg.CtrlPort}
 	if err := c.ConnectTo(ctx, serverRank, clientRank, cfg.PeerIP, cfg.DataPort, link, cfg.Transport); err != nil {
 		return err
@@ -133,7 +142,11 @@ func Run(ctx context.Context, cfg Config, onResult func(Result)) error {
 	defer src.close()
 	r := &runner{cfg: cfg, c: c, buf: buf, src: src, ctx: ctx}
 	for _, size := range cfg.Sizes {
-		res, err := r.measure(size)
+		measure := r.measure
+		if cfg.Op == "pingpong" {
+			measure = r.pingpong
+		}
+		res, err := measure(size)
 		if err != nil {
 			return fmt.Errorf("bench: size %s: %w", FormatSize(size), err)
 		}

@@ -25,6 +25,7 @@ const (
 const (
 	cmdVerify = 1 // reply crc32 of region[Off, +Len)
 	cmdRecv   = 2 // RecvDataFrom the client into Len bytes of Mem memory; reply its crc32
+	cmdPing   = 3 // ping-pong Len iterations of 8-byte puts with the client (see pingpong.go); reply 0
 	cmdExit   = 9
 )
 
@@ -132,6 +133,14 @@ func Serve(ctx context.Context, cfg ServerConfig, ready func(dataAddr string, ct
 					return err
 				}
 				crc = crc32.ChecksumIEEE(host)
+			}
+		case cmdPing:
+			ip := "127.0.0.1"
+			if a := c.Ctrl().PeerAddr(clientRank); a != nil {
+				ip = hostOf(a.String())
+			}
+			if err := pong(ctx, c, ip, int(cmd.Port), cmd.Len, cfg.Transport, awaitSpin(cfg.BusyPoll)); err != nil {
+				return fmt.Errorf("bench server: ping-pong: %w", err)
 			}
 		default:
 			return fmt.Errorf("bench server: unknown command %d: %w", tag, status.ErrProtocol)

@@ -34,7 +34,7 @@ type benchFlags struct {
 func (f *benchFlags) add(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.transport, "transport", "auto", "tcp|shm|ucx|rdma|auto")
-	fl.StringVar(&f.op, "op", "put", "put|get|lat (lat: blocking 8-byte puts unless --sizes is given)")
+	fl.StringVar(&f.op, "op", "put", "put|get|lat|pingpong (lat: blocking put round trips; pingpong: half round trip of puts answered by puts, as ucp_put_lat; both 8 bytes unless --sizes is given)")
 	fl.StringVar(&f.sizes, "sizes", "8,4KiB,64KiB,1MiB,4MiB,16MiB", "transfer sizes (KiB/MiB/GiB or k/m/g = 1024-based, KB/MB/GB = 1000-based)")
 	fl.IntVar(&f.iters, "iters", 0, "iterations per size (0: about 1 GiB per size, 20..20000, or --duration)")
 	fl.DurationVar(&f.duration, "duration", 0, "time per size instead of --iters")
@@ -57,7 +57,7 @@ func (f *benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
 		return bench.Config{}, err
 	}
 	sizes := f.sizes
-	if f.op == "lat" && !cmd.Flags().Changed("sizes") {
+	if (f.op == "lat" || f.op == "pingpong") && !cmd.Flags().Changed("sizes") {
 		sizes = "8"
 	}
 	if f.op == "lat" && !cmd.Flags().Changed("busy-poll") {

@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/hmc-go/hmc/comm"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+// The ping-pong measures what ucx_perftest's ucp_put_lat measures: each side puts a counter into
+// the other's buffer and polls its own buffer for the peer's answer; the latency is half the
+// round trip. The puts' completions are collected one iteration later, off the critical path.
+
+// seqAt atomically loads the u64 at the start of a host buffer (8-byte aligned: buffers are
+// page-aligned).
+func seqAt(b []byte) uint64 { return atomic.LoadUint64((*uint64)(unsafe.Pointer(&b[0]))) }
+
+// awaitSeq polls b until it holds want. For up to spin it yields between tries (the lane
+// readers run in between); after that it sleeps briefly between tries, which also lets the
+// runtime poll the network (a goroutine that only yields starves the network poller).
+func awaitSeq(ctx context.Context, b []byte, want uint64, spin time.Duration) error {
+	var until time.Time
+	for i := 0; seqAt(b) != want; i++ {
+		if i&1023 == 0 && ctx.Err() != nil {
+			return status.FromContext(ctx)
+		}
+		if i == 0 {
+			until = time.Now().Add(spin)
+		}
+		if i&15 != 0 || time.Now().Before(until) {
+			runtime.Gosched()
+		} else {
+			time.Sleep(time.Microsecond)
+		}
+	}
+	return nil
+}
+
+// awaitSpin is how long the ping-pong yields before sleeping: the lane readers' own busy-poll
+// window, or a short default.
+func awaitSpin(busyPoll time.Duration) time.Duration { return max(busyPoll, 20*time.Microsecond) }
+
+// Each side polls offset 0 of its own buffer, which only the peer writes, and stages its
+// outgoing counter at stageOff.
+const stageOff = 4096
+
+// bounce puts seq from local[stageOff, +size) to the peer's offset 0 and returns the op id to
+// wait for later.
+func bounce(ctx context.Context, c *comm.Communicator, ip string, port int, size, seq uint64, ct transport.ConnType) (uint64, error) {
+	b, err := c.Buffer().Slice(stageOff, size)
+	if err != nil {
+		return 0, err
+	}
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(&b[0])), seq)
+	return c.PutNB(ctx, ip, port, stageOff, 0, size, ct)
+}
+
+// pong is the server side of n ping-pong iterations with the client at ip:port.
+func pong(ctx context.Context, c *comm.Communicator, ip string, port int, n uint64, ct transport.ConnType, spin time.Duration) error {
+	region := c.Buffer().Bytes()
+	size := uint64(8)
+	var prev uint64
+	for seq := uint64(1); seq <= n; seq++ {
+		if err := awaitSeq(ctx, region, seq, spin); err != nil {
+			return err
+		}
+		id, err := bounce(ctx, c, ip, port, size, seq, ct)
+		if err != nil {
+			return err
+		}
+		if prev != 0 {
+			if err := c.Wait(ctx, prev); err != nil {
+				return err
+			}
+		}
+		prev = id
+	}
+	return c.Wait(ctx, prev)
+}
+
+// pingpong measures 8-byte messages (the counter), whatever the size asked for: larger sizes
+// measure bandwidth, which put and get do.
+func (r *runner) pingpong(uint64) (Result, error) {
+	cfg, c, ctx := r.cfg, r.c, r.ctx
+	const size = 8
+	iters := cfg.Iters
+	if iters == 0 {
+		iters = 10000
+	}
+	total := uint64(iters + cfg.Warmup)
+	myPort := portOf(c.DataAddr(cfg.Transport))
+	// Start from zero on both sides, then let the server enter its loop.
+	clear(r.buf.Bytes()[:16])
+	if err := c.Put(ctx, cfg.PeerIP, cfg.DataPort, 0, 0, 16, cfg.Transport); err != nil {
+		return Result{}, err
+	}
+	if err := c.CtrlSend(ctx, serverRank, cmdPing); err != nil {
+		return Result{}, err
+	}
+	if err := c.Ctrl().SendStruct(ctx, serverRank, command{Len: total, Port: uint32(myPort)}); err != nil {
+		return Result{}, err
+	}
+	region := r.buf.Bytes()
+	lat := make([]time.Duration, 0, iters)
+	var prev uint64
+	for seq := uint64(1); seq <= total; seq++ {
+		start := time.Now()
+		id, err := bounce(ctx, c, cfg.PeerIP, cfg.DataPort, size, seq, cfg.Transport)
+		if err != nil {
+			return Result{}, err
+		}
+		if err := awaitSeq(ctx, region, seq, awaitSpin(cfg.BusyPoll)); err != nil {
+			return Result{}, err
+		}
+		if seq > uint64(cfg.Warmup) {
+			lat = append(lat, time.Since(start)/2)
+		}
+		if prev != 0 {
+			if err := c.Wait(ctx, prev); err != nil {
+				return Result{}, err
+			}
+		}
+		prev = id
+		if cfg.Progress != nil && seq > uint64(cfg.Warmup) {
+			cfg.Progress(size, int(seq)-cfg.Warmup, iters)
+		}
+	}
+	if err := c.Wait(ctx, prev); err != nil {
+		return Result{}, err
+	}
+	if _, err := c.CtrlRecv(ctx, serverRank); err != nil { // the server's end-of-command reply
+		return Result{}, fmt.Errorf("ping-pong end: %w", err)
+	}
+	return summarize(cfg, size, lat), nil
+}
+
+// localIPFor returns the local address used to reach peer (127.0.0.1 for loopback peers).
+func localIPFor(peer string) string {
+	c, err := net.Dial("udp", net.JoinHostPort(peer, "9"))
+	if err != nil {
+		return "127.0.0.1"
+	}
+	defer c.Close()
+	return hostOf(c.LocalAddr().String())
+}
