@@ -393,6 +393,24 @@ func TestCloseUnblocksWaiters(t *testing.T) {
 	}
 }
 
+func TestCloseAllKeepsListening(t *testing.T) {
+	srv, cli := pair(t, TCP)
+	ctx := ctxT(t)
+	srv.CloseAll()
+	if srv.HasPeer(1) {
+		t.Fatal("peer still connected after CloseAll")
+	}
+	cli2 := newManager(t, 1)
+	if err := cli2.DialTCP(ctx, 0, 1, srv.TCPAddr().String()); err != nil {
+		t.Fatalf("listener stopped: %v", err)
+	}
+	_ = cli2.SendU64(ctx, 0, 3)
+	if v, err := srv.RecvU64(ctx, 1); err != nil || v != 3 {
+		t.Fatal(v, err)
+	}
+	_ = cli
+}
+
 func TestReconnectReplaces(t *testing.T) {
 	srv, cli := pair(t, TCP)
 	ctx := ctxT(t)

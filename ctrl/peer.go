@@ -260,6 +260,18 @@ func (m *Manager) ClosePeer(id uint32) error {
 	return nil
 }
 
+// CloseAll closes every peer connection and drops queued messages (upstream closeAll); the
+// listeners keep accepting. Use Close to stop everything.
+func (m *Manager) CloseAll() {
+	m.mu.Lock()
+	peers := m.peers
+	m.peers = make(map[uint32]*peer)
+	m.mu.Unlock()
+	for id, p := range peers {
+		p.closeConn(fmt.Errorf("ctrl: rank %d: %w", id, status.ErrClosed))
+	}
+}
+
 // Send sends one frame of type t with flags and payload to rank id, waiting (bounded by ctx) for
 // the rank to connect if it never has. The frame leaves in one write; concurrent Sends to one
 // rank never interleave. If ctx ends in the middle of a frame the connection is closed, since
