@@ -25,6 +25,7 @@ const (
 	UDS Transport = 1
 )
 
+// String returns "tcp" or "uds".
 func (t Transport) String() string {
 	switch t {
 	case TCP:

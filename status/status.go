@@ -63,6 +63,7 @@ type statusError struct {
 	base bool
 }
 
+// Error returns the sentinel's message.
 func (e *statusError) Error() string { return e.msg }
 
 // Is reports whether target is the base sentinel of e's code.

@@ -24,6 +24,7 @@ const (
 
 var connNames = [...]string{RDMA: "rdma", UCX: "ucx", TCP: "tcp", SHM: "shm", AUTO: "auto"}
 
+// String returns the lower-case name (rdma, ucx, tcp, shm, auto).
 func (c ConnType) String() string {
 	if c >= 0 && int(c) < len(connNames) {
 		return connNames[c]

@@ -144,12 +144,15 @@ func wrapIO(err error) error {
 	return fmt.Errorf("%w: %w", status.ErrPeerClosed, err)
 }
 
+// RemoteSize returns the target's region size from the welcome.
 func (ep *endpoint) RemoteSize() uint64 { return ep.remoteSize }
 
+// PutAsync implements transport.Endpoint.
 func (ep *endpoint) PutAsync(ctx context.Context, localOff, remoteOff, n uint64) (*transport.Op, error) {
 	return ep.post(ctx, opPut, localOff, remoteOff, n)
 }
 
+// GetAsync implements transport.Endpoint.
 func (ep *endpoint) GetAsync(ctx context.Context, localOff, remoteOff, n uint64) (*transport.Op, error) {
 	return ep.post(ctx, opGet, localOff, remoteOff, n)
 }

@@ -35,6 +35,7 @@ type pollReader struct {
 	spin time.Duration
 }
 
+// Read implements io.Reader.
 func (p *pollReader) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil

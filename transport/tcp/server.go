@@ -46,8 +46,10 @@ func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error)
 	return s, nil
 }
 
+// Addr returns the listen address.
 func (s *server) Addr() string { return s.l.Addr().String() }
 
+// Close stops accepting, closes every lane and waits for their goroutines.
 func (s *server) Close() error {
 	s.mu.Lock()
 	if s.closed {
