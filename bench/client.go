@@ -119,8 +119,10 @@ func Run(ctx context.Context, cfg Config, onResult func(Result)) error {
 		return err
 	}
 	defer buf.Close()
+	arr := newArrivals()
 	c, err := comm.New(buf, comm.Config{NumChannels: cfg.Lanes, TCP: tcp.Config{ChunkSize: cfg.Chunk, BusyPoll: cfg.BusyPoll},
-		Stream: comm.StreamConfig{SlotSize: min(4<<20, max(maxSize/4, 64<<10), buf.Size()/2)}})
+		OnRemoteWrite: arr.notify,
+		Stream:        comm.StreamConfig{SlotSize: min(4<<20, max(maxSize/4, 64<<10), buf.Size()/2)}})
 	if err != nil {
 		return err
 	}
@@ -140,7 +142,7 @@ func Run(ctx context.Context, cfg Config, onResult func(Result)) error {
 		return err
 	}
 	defer src.close()
-	r := &runner{cfg: cfg, c: c, buf: buf, src: src, ctx: ctx}
+	r := &runner{cfg: cfg, c: c, buf: buf, src: src, ctx: ctx, arr: arr}
 	for _, size := range cfg.Sizes {
 		measure := r.measure
 		if cfg.Op == "pingpong" {
@@ -235,6 +237,7 @@ type runner struct {
 	buf *buffer.ConnBuffer
 	src *source
 	ctx context.Context
+	arr arrivals
 }
 
 func (r *runner) measure(size uint64) (Result, error) {

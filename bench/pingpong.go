@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -15,39 +14,41 @@ import (
 )
 
 // The ping-pong measures what ucx_perftest's ucp_put_lat measures: each side puts a counter into
-// the other's buffer and polls its own buffer for the peer's answer; the latency is half the
-// round trip. The puts' completions are collected one iteration later, off the critical path.
+// the other's buffer and waits for the peer's answer to land in its own; the latency is half the
+// round trip. Where ucx_perftest spins on the memory, the target here is woken by the
+// transport's write notification (comm.Config.OnRemoteWrite). The puts' completions are
+// collected one iteration later, off the critical path.
 
 // seqAt atomically loads the u64 at the start of a host buffer (8-byte aligned: buffers are
 // page-aligned).
 func seqAt(b []byte) uint64 { return atomic.LoadUint64((*uint64)(unsafe.Pointer(&b[0]))) }
 
-// awaitSeq polls b until it holds want. For up to spin it yields between tries (the lane
-// readers run in between); after that it sleeps briefly between tries, which also lets the
-// runtime poll the network (a goroutine that only yields starves the network poller).
-func awaitSeq(ctx context.Context, b []byte, want uint64, spin time.Duration) error {
-	var until time.Time
-	for i := 0; seqAt(b) != want; i++ {
-		if i&1023 == 0 && ctx.Err() != nil {
+// arrivals is signalled (without blocking) by the Communicator's OnRemoteWrite hook whenever a
+// peer's put lands in the buffer, so the ping-pong waits for data instead of spinning.
+type arrivals chan struct{}
+
+func newArrivals() arrivals { return make(arrivals, 1) }
+
+func (a arrivals) notify(_, _ uint64) {
+	select {
+	case a <- struct{}{}:
+	default:
+	}
+}
+
+// await returns when b holds want. The check after each wake-up makes a stale signal harmless.
+func (a arrivals) await(ctx context.Context, b []byte, want uint64) error {
+	for seqAt(b) != want {
+		select {
+		case <-a:
+		case <-ctx.Done():
 			return status.FromContext(ctx)
-		}
-		if i == 0 {
-			until = time.Now().Add(spin)
-		}
-		if i&15 != 0 || time.Now().Before(until) {
-			runtime.Gosched()
-		} else {
-			time.Sleep(time.Microsecond)
 		}
 	}
 	return nil
 }
 
-// awaitSpin is how long the ping-pong yields before sleeping: the lane readers' own busy-poll
-// window, or a short default.
-func awaitSpin(busyPoll time.Duration) time.Duration { return max(busyPoll, 20*time.Microsecond) }
-
-// Each side polls offset 0 of its own buffer, which only the peer writes, and stages its
+// Each side watches offset 0 of its own buffer, which only the peer writes, and stages its
 // outgoing counter at stageOff.
 const stageOff = 4096
 
@@ -63,12 +64,12 @@ func bounce(ctx context.Context, c *comm.Communicator, ip string, port int, size
 }
 
 // pong is the server side of n ping-pong iterations with the client at ip:port.
-func pong(ctx context.Context, c *comm.Communicator, ip string, port int, n uint64, ct transport.ConnType, spin time.Duration) error {
+func pong(ctx context.Context, c *comm.Communicator, arr arrivals, ip string, port int, n uint64, ct transport.ConnType) error {
 	region := c.Buffer().Bytes()
 	size := uint64(8)
 	var prev uint64
 	for seq := uint64(1); seq <= n; seq++ {
-		if err := awaitSeq(ctx, region, seq, spin); err != nil {
+		if err := arr.await(ctx, region, seq); err != nil {
 			return err
 		}
 		id, err := bounce(ctx, c, ip, port, size, seq, ct)
@@ -116,7 +117,7 @@ func (r *runner) pingpong(uint64) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		if err := awaitSeq(ctx, region, seq, awaitSpin(cfg.BusyPoll)); err != nil {
+		if err := r.arr.await(ctx, region, seq); err != nil {
 			return Result{}, err
 		}
 		if seq > uint64(cfg.Warmup) {

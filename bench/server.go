@@ -53,7 +53,8 @@ func Serve(ctx context.Context, cfg ServerConfig, ready func(dataAddr string, ct
 		return err
 	}
 	defer buf.Close()
-	c, err := comm.New(buf, comm.Config{TCP: tcp.Config{BusyPoll: cfg.BusyPoll}})
+	arr := newArrivals()
+	c, err := comm.New(buf, comm.Config{TCP: tcp.Config{BusyPoll: cfg.BusyPoll}, OnRemoteWrite: arr.notify})
 	if err != nil {
 		return err
 	}
@@ -139,7 +140,7 @@ func Serve(ctx context.Context, cfg ServerConfig, ready func(dataAddr string, ct
 			if a := c.Ctrl().PeerAddr(clientRank); a != nil {
 				ip = hostOf(a.String())
 			}
-			if err := pong(ctx, c, ip, int(cmd.Port), cmd.Len, cfg.Transport, awaitSpin(cfg.BusyPoll)); err != nil {
+			if err := pong(ctx, c, arr, ip, int(cmd.Port), cmd.Len, cfg.Transport); err != nil {
 				return fmt.Errorf("bench server: ping-pong: %w", err)
 			}
 		default:

@@ -35,6 +35,10 @@ type Config struct {
 	Ctrl ctrl.Config
 	// Stream configures SendDataTo/RecvDataFrom.
 	Stream StreamConfig
+	// OnRemoteWrite, if set, is called after a peer's put of n bytes at off has landed in this
+	// Communicator's buffer, from the transport goroutine that served it; it must not block.
+	// Use it to wait for data instead of polling the buffer (see transport.ServerConfig.OnWrite).
+	OnRemoteWrite func(off, n uint64)
 	// Logger receives connection events; nil means silent.
 	Logger *slog.Logger
 }
@@ -172,6 +176,7 @@ func (c *Communicator) InitServer(bindIP string, dataPort, ctrlTCPPort int, ctrl
 		BindAddr: net.JoinHostPort(bindIP, strconv.Itoa(dataPort)),
 		Region:   c.buf,
 		OnAccept: func(p transport.PeerInfo) { c.onAccept(ct, p) },
+		OnWrite:  c.cfg.OnRemoteWrite,
 	})
 	if err != nil {
 		return fmt.Errorf("comm: init server: %w", err)

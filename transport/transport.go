@@ -61,6 +61,11 @@ type ServerConfig struct {
 	Rank uint32
 	// OnAccept, if set, is called once per initiator endpoint, from a server goroutine.
 	OnAccept func(PeerInfo)
+	// OnWrite, if set, is called after a peer's PUT of n bytes at off has landed in the region
+	// (before the initiator is told), from the goroutine serving it. It must not block: it is
+	// the target's write notification (RDMA's write-with-immediate), for applications that wait
+	// for data instead of polling their buffer.
+	OnWrite func(off, n uint64)
 }
 
 // DialConfig configures the initiator side of one endpoint.

@@ -48,7 +48,7 @@ func (f *benchFlags) add(cmd *cobra.Command) {
 	fl.BoolVar(&f.jsonOut, "json", false, "one JSON object per line instead of a table")
 	fl.StringVar(&f.plot, "plot", "", "write a bandwidth-vs-size PNG chart to this file")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress bar")
-	fl.DurationVar(&f.busyPoll, "busy-poll", 0, "spin on socket reads this long before parking, on both sides: lower latency, one busy core per lane (default 0; 100us with --op lat)")
+	fl.DurationVar(&f.busyPoll, "busy-poll", 0, "spin on socket reads this long before parking, on both sides: lower latency, one busy core per lane (default 0; 100us with --op lat and pingpong)")
 }
 
 func (f *benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
@@ -60,7 +60,7 @@ func (f *benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
 	if (f.op == "lat" || f.op == "pingpong") && !cmd.Flags().Changed("sizes") {
 		sizes = "8"
 	}
-	if f.op == "lat" && !cmd.Flags().Changed("busy-poll") {
+	if (f.op == "lat" || f.op == "pingpong") && !cmd.Flags().Changed("busy-poll") {
 		f.busyPoll = 100 * time.Microsecond // latency is measured polling, as ucx_perftest does
 	}
 	sz, err := bench.ParseSizes(sizes)

@@ -169,7 +169,7 @@ func (ep *endpoint) post(ctx context.Context, op uint8, localOff, remoteOff, n u
 	}
 	var first *lane
 	if parts == 1 {
-		first = ep.leastLoaded()
+		first = ep.pickLane()
 	}
 	for i := range parts {
 		off := i * chunk
@@ -190,15 +190,26 @@ func (ep *endpoint) post(ctx context.Context, op uint8, localOff, remoteOff, n u
 	return o, nil
 }
 
-func (ep *endpoint) leastLoaded() *lane {
+// pickLane chooses the lane for a one-part transfer: the first lane with fewer than
+// stickyInflight requests in flight, else the least loaded. Keeping small traffic on one lane
+// keeps that lane's reader hot (with busy polling it never parks); spreading every op over the
+// lanes would leave each reader idle between its turns.
+func (ep *endpoint) pickLane() *lane {
 	best := ep.lanes[0]
-	for _, l := range ep.lanes[1:] {
+	for _, l := range ep.lanes {
+		if len(l.slots) < stickyInflight {
+			return l
+		}
 		if len(l.slots) < len(best.slots) {
 			best = l
 		}
 	}
 	return best
 }
+
+// stickyInflight is how many requests a lane takes before one-part transfers spill over to
+// the next lane.
+const stickyInflight = 4
 
 func (l *lane) post(ctx context.Context, r request, span []byte, o *transport.Op) error {
 	select {

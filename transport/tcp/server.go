@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ type server struct {
 	region   []byte
 	rank     uint32
 	onAccept func(transport.PeerInfo)
+	onWrite  func(off, n uint64)
 	l        net.Listener
 	wg       sync.WaitGroup
 
@@ -40,7 +42,7 @@ func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error)
 	if err != nil {
 		return nil, fmt.Errorf("tcp: listen %s: %w: %w", cfg.BindAddr, status.ErrInvalidConfig, err)
 	}
-	s := &server{t: t, region: region, rank: cfg.Rank, onAccept: cfg.OnAccept, l: l, conns: make(map[net.Conn]struct{})}
+	s := &server{t: t, region: region, rank: cfg.Rank, onAccept: cfg.OnAccept, onWrite: cfg.OnWrite, l: l, conns: make(map[net.Conn]struct{})}
 	s.wg.Add(1)
 	go s.acceptLoop() // owned by s: Close closes l and waits
 	return s, nil
@@ -162,6 +164,12 @@ func (s *server) serveRequests(c net.Conn) error {
 			case inRange:
 				if _, err := io.ReadFull(rd, s.region[r.offset:r.offset+r.length]); err != nil {
 					return err
+				}
+				if s.onWrite != nil {
+					s.onWrite(r.offset, r.length)
+					// Let a goroutine the notification woke run before the ack's write: it
+					// is the one waiting for these bytes.
+					runtime.Gosched()
 				}
 			case r.length <= size:
 				// Refused, but the payload is on the wire: skip it to stay in step.

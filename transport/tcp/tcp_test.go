@@ -257,6 +257,63 @@ func TestOnAcceptSeesPeer(t *testing.T) {
 	}
 }
 
+func TestOnWriteNotifiesAfterLanding(t *testing.T) {
+	region, _ := buffer.New(0, 1<<20, memory.CPU)
+	defer region.Close()
+	type landed struct {
+		off, n uint64
+		ok     bool
+	}
+	got := make(chan landed, 16)
+	tr := newTCP(t)
+	srv, err := tr.Listen(transport.ServerConfig{BindAddr: "127.0.0.1:0", Region: region, OnWrite: func(off, n uint64) {
+		// The bytes must already be in the region when the notification runs.
+		got <- landed{off, n, region.Bytes()[off+n-1] == 0x5A}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	local, _ := buffer.New(0, 1<<20, memory.CPU)
+	defer local.Close()
+	for i := range local.Bytes() {
+		local.Bytes()[i] = 0x5A
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ep, err := tr.Dial(ctx, transport.DialConfig{Addr: srv.Addr(), Local: local})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	if err := transport.Put(ctx, ep, 0, 100, 10); err != nil {
+		t.Fatal(err)
+	}
+	if l := <-got; l != (landed{100, 10, true}) {
+		t.Fatalf("%+v", l)
+	}
+	// A chunked put notifies once per chunk, covering the whole range.
+	if err := transport.Put(ctx, ep, 0, 0, 3*testChunk); err != nil {
+		t.Fatal(err)
+	}
+	var total uint64
+	for total < 3*testChunk {
+		l := <-got
+		if !l.ok {
+			t.Fatal("notified before landing")
+		}
+		total += l.n
+	}
+	if err := transport.Get(ctx, ep, 0, 0, 10); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-got:
+		t.Fatalf("a get notified: %+v", l)
+	default:
+	}
+}
+
 func BenchmarkPut(b *testing.B) {
 	for _, size := range []uint64{8, 64 << 10, 1 << 20, 4 << 20} {
 		b.Run(sizeName(size), func(b *testing.B) {
