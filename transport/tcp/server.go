@@ -109,10 +109,6 @@ func (s *server) serve(c net.Conn) {
 		s.t.cfg.Logger.Warn("tcp: handshake failed", "remote", c.RemoteAddr(), "err", err)
 		return
 	}
-	if h.lane == 0 && s.onAccept != nil {
-		ip, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-		s.onAccept(transport.PeerInfo{Rank: h.rank, IP: ip, ListenPort: int(h.listenPort)})
-	}
 	if err := s.serveRequests(c); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		s.t.cfg.Logger.Warn("tcp: lane closed", "remote", c.RemoteAddr(), "rank", h.rank, "err", err)
 	}
@@ -127,6 +123,12 @@ func (s *server) handshake(c net.Conn) (hello, error) {
 	h, err := decodeHello(b[:])
 	if err != nil {
 		return hello{}, err
+	}
+	// Record the initiator before welcoming it: once its Dial returns, it may address us
+	// through the control plane and expect us to know it.
+	if h.lane == 0 && s.onAccept != nil {
+		ip, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		s.onAccept(transport.PeerInfo{Rank: h.rank, IP: ip, ListenPort: int(h.listenPort)})
 	}
 	var w [welcomeSize]byte
 	welcome{rank: s.rank, regionSize: uint64(len(s.region))}.encode(&w)
