@@ -42,7 +42,7 @@ show() { printf '%-72s %s   median %s\n' "$1" "$2" "$3"; }
 m_hb=$(printf '%s\n' "${hb[@]}" | median); m_hl=$(printf '%s\n' "${hl[@]}" | median); m_hp=$(printf '%s\n' "${hp[@]}" | median)
 show "hmc tcp put 4 MiB (GB/s)" "${hb[*]}" "$m_hb"
 show "hmc tcp lat: blocking 8 B put p50 (us, put+ack round trip, busy-poll)" "${hl[*]}" "$m_hl"
-show "hmc tcp pingpong 8 B p50 (us, half RTT as ucp_put_lat)" "${hp[*]}" "$m_hp"
+show "hmc tcp pingpong 8 B p50 (us, half RTT as ucp_put_lat, busy-poll)" "${hp[*]}" "$m_hp"
 if [ ${#ip[@]} -gt 0 ]; then
   m_ip=$(printf '%s\n' "${ip[@]}" | median)
   show "iperf3 -l 1M (GB/s)" "${ip[*]}" "$m_ip"
