@@ -20,13 +20,19 @@ func (hostBackend) alloc(size uint64) (*Buffer, error) {
 		return nil, fmt.Errorf("memory: alloc of %d bytes: %w", size, status.ErrInvalidConfig)
 	}
 	mapped := (size + page - 1) &^ (page - 1)
-	fd, err := unix.MemfdCreate("hmc-buffer", unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate("hmc-buffer", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("memory: memfd_create: %w: %w", status.ErrFailed, err)
 	}
 	if err := unix.Ftruncate(fd, int64(mapped)); err != nil {
 		_ = unix.Close(fd) // the allocation failed already; its error is the one reported
 		return nil, fmt.Errorf("memory: ftruncate %d: %w: %w", mapped, status.ErrFailed, err)
+	}
+	// Seal the size: a process this memfd is passed to can then map it without fearing that we
+	// shrink it under its mapping (SIGBUS), and can check that we cannot.
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		_ = unix.Close(fd) // as above
+		return nil, fmt.Errorf("memory: sealing memfd: %w: %w", status.ErrFailed, err)
 	}
 	mem, err := unix.Mmap(fd, 0, int(mapped), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {

@@ -213,8 +213,9 @@ func (b *Buffer) Size() uint64 { return b.size }
 // Free; writes through it are visible to every process that maps the same memfd.
 func (b *Buffer) Bytes() []byte { return b.host }
 
-// FD returns the memfd backing a host buffer, or -1. The descriptor is owned by the buffer:
-// duplicate it before passing it on; it is closed by Free.
+// FD returns the memfd backing a host buffer, or -1. Its size is sealed (F_SEAL_SHRINK,
+// F_SEAL_GROW, F_SEAL_SEAL), so a process it is passed to can map it safely. The descriptor is
+// owned by the buffer: duplicate it before passing it on; it is closed by Free.
 func (b *Buffer) FD() int { return b.fd }
 
 // Type returns the buffer's memory type.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/hmc-go/hmc/status"
 )
 
@@ -55,6 +57,10 @@ func TestHostAllocCopyFree(t *testing.T) {
 		}
 		if !bytes.Equal(b.Bytes(), make([]byte, size)) {
 			t.Fatal("not zeroed")
+		}
+		seals, err := unix.FcntlInt(uintptr(b.FD()), unix.F_GET_SEALS, 0)
+		if err != nil || seals&unix.F_SEAL_SHRINK == 0 || seals&unix.F_SEAL_SEAL == 0 {
+			t.Fatalf("memfd seals %#x, %v", seals, err)
 		}
 		src := pattern(size, 7)
 		if err := m.CopyHostToDevice(b.Ptr(), src); err != nil {

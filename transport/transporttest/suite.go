@@ -23,6 +23,15 @@ type Options struct {
 	ChunkSize uint64
 	// Lanes is the lane count to dial with (0: the transport's default).
 	Lanes int
+	// Addr returns a fresh address for a server to listen on (nil: "127.0.0.1:0").
+	Addr func(t testing.TB) string
+}
+
+func (o Options) addr(t testing.TB) string {
+	if o.Addr == nil {
+		return "127.0.0.1:0"
+	}
+	return o.Addr(t)
 }
 
 // Run runs the whole suite against o.New.
@@ -49,9 +58,14 @@ type Pair struct {
 // NewPair serves a region of targetSize bytes on 127.0.0.1 and dials it with a local region of
 // localSize bytes. Everything is closed by t.Cleanup.
 func NewPair(t testing.TB, tr transport.Transport, targetSize, localSize uint64, lanes int) *Pair {
+	return NewPairAt(t, tr, "127.0.0.1:0", targetSize, localSize, lanes)
+}
+
+// NewPairAt is NewPair with the server listening on addr.
+func NewPairAt(t testing.TB, tr transport.Transport, addr string, targetSize, localSize uint64, lanes int) *Pair {
 	t.Helper()
 	p := &Pair{Target: newBuf(t, targetSize), Local: newBuf(t, localSize)}
-	srv, err := tr.Listen(transport.ServerConfig{BindAddr: "127.0.0.1:0", Region: p.Target, Rank: 0})
+	srv, err := tr.Listen(transport.ServerConfig{BindAddr: addr, Region: p.Target, Rank: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +117,7 @@ func testSizes(t *testing.T, o Options) {
 	lanes := uint64(max(o.Lanes, 4))
 	sizes := []uint64{0, 1, 7, 4097, c - 1, c, c + 1, lanes*c + 3}
 	maxSize := sizes[len(sizes)-1]
-	p := NewPair(t, o.New(t), 2*maxSize+64, 2*maxSize+64, o.Lanes)
+	p := NewPairAt(t, o.New(t), o.addr(t), 2*maxSize+64, 2*maxSize+64, o.Lanes)
 	ctx := ctx10(t)
 	for i, n := range sizes {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
@@ -144,7 +158,7 @@ func byteAt(b *buffer.ConnBuffer, off uint64, delta int) byte {
 
 func testOutOfRange(t *testing.T, o Options) {
 	const size = 1 << 16
-	p := NewPair(t, o.New(t), size, 2*size, o.Lanes)
+	p := NewPairAt(t, o.New(t), o.addr(t), size, 2*size, o.Lanes)
 	ctx := ctx10(t)
 	Fill(p.Target.Bytes(), 99)
 	before := bytes.Clone(p.Target.Bytes())
@@ -185,7 +199,7 @@ func testOutOfRange(t *testing.T, o Options) {
 
 func testConcurrent(t *testing.T, o Options) {
 	const workers, slot = 8, 300_000
-	p := NewPair(t, o.New(t), workers*slot, workers*slot, o.Lanes)
+	p := NewPairAt(t, o.New(t), o.addr(t), workers*slot, workers*slot, o.Lanes)
 	ctx := ctx10(t)
 	Fill(p.Local.Bytes(), 3)
 	var wg sync.WaitGroup
@@ -210,7 +224,7 @@ func testConcurrent(t *testing.T, o Options) {
 
 func testAsyncOrder(t *testing.T, o Options) {
 	const n, size = 32, 100_003
-	p := NewPair(t, o.New(t), n*size, n*size, o.Lanes)
+	p := NewPairAt(t, o.New(t), o.addr(t), n*size, n*size, o.Lanes)
 	ctx := ctx10(t)
 	Fill(p.Local.Bytes(), 11)
 	ops := make([]*transport.Op, n)
@@ -250,7 +264,7 @@ func testAsyncOrder(t *testing.T, o Options) {
 
 func testCancel(t *testing.T, o Options) {
 	const size = 32 << 20
-	p := NewPair(t, o.New(t), size, size, o.Lanes)
+	p := NewPairAt(t, o.New(t), o.addr(t), size, size, o.Lanes)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	err := transport.Put(ctx, p.EP, 0, 0, size)
@@ -275,7 +289,7 @@ func testCancel(t *testing.T, o Options) {
 
 func testCloseInFlight(t *testing.T, o Options) {
 	const size = 64 << 20
-	p := NewPair(t, o.New(t), size, size, o.Lanes)
+	p := NewPairAt(t, o.New(t), o.addr(t), size, size, o.Lanes)
 	ctx := ctx10(t)
 	var ops []*transport.Op
 	for range 4 {
@@ -301,7 +315,7 @@ func testCloseInFlight(t *testing.T, o Options) {
 
 func testTargetGone(t *testing.T, o Options) {
 	const size = 64 << 20
-	p := NewPair(t, o.New(t), size, size, o.Lanes)
+	p := NewPairAt(t, o.New(t), o.addr(t), size, size, o.Lanes)
 	ctx := ctx10(t)
 	op, err := p.EP.PutAsync(ctx, 0, 0, size)
 	if err != nil {
@@ -310,9 +324,12 @@ func testTargetGone(t *testing.T, o Options) {
 	p.Server.Close()
 	start := time.Now()
 	_ = op.Wait(ctx) // may have finished first
-	err = transport.Put(ctx, p.EP, 0, 0, size)
+	// The initiator learns of the closure asynchronously; within the deadline every put fails.
+	for err = transport.Put(ctx, p.EP, 0, 0, size); err == nil && time.Since(start) < 10*time.Second; err = transport.Put(ctx, p.EP, 0, 0, size) {
+		time.Sleep(time.Millisecond)
+	}
 	if err == nil {
-		t.Fatal("put to a closed target succeeded")
+		t.Fatal("put to a closed target kept succeeding")
 	}
 	if status.CodeOf(err) != status.Error {
 		t.Fatalf("put to a closed target: %v", err)

@@ -1,0 +1,251 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+type endpoint struct {
+	cfg    Config
+	local  []byte
+	conn   *net.UnixConn
+	done   chan struct{} // closed when the liveness link ends
+	dead   atomic.Pointer[error]
+	wg     sync.WaitGroup
+	closeO sync.Once
+
+	mu     sync.RWMutex // copies hold it shared; Close takes it to unmap
+	remote []byte       // the target's region, mapped; nil after Close
+	whole  []byte       // the whole page-rounded mapping behind remote, for munmap
+}
+
+// Dial connects to a target's socket, receives its memfd and maps it.
+func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transport.Endpoint, error) {
+	if cfg.Local == nil {
+		return nil, fmt.Errorf("shm: dial without a local region: %w", status.ErrInvalidConfig)
+	}
+	local := cfg.Local.Bytes()
+	if local == nil {
+		return nil, fmt.Errorf("shm: local region is %v memory; shared memory moves host memory only: %w",
+			cfg.Local.Type(), status.ErrUnsupported)
+	}
+	myBoot, err := BootID()
+	if err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", cfg.Addr)
+	if err != nil {
+		if cerr := status.FromContext(ctx); cerr != nil {
+			return nil, fmt.Errorf("shm: dial %s: %w", cfg.Addr, cerr)
+		}
+		return nil, fmt.Errorf("shm: dial %s: %w: %w", cfg.Addr, status.ErrFailed, err)
+	}
+	c := nc.(*net.UnixConn)
+	whole, err := t.handshake(ctx, c, cfg.Rank, myBoot)
+	if err != nil {
+		_ = c.Close() // the handshake failed; its error is reported
+		return nil, fmt.Errorf("shm: %s: %w", cfg.Addr, err)
+	}
+	ep := &endpoint{cfg: t.cfg, local: local, conn: c, whole: whole.mapping, remote: whole.region, done: make(chan struct{})}
+	ep.wg.Add(1)
+	go ep.watch() // owned by ep: Close closes the link and waits
+	return ep, nil
+}
+
+type mapping struct{ mapping, region []byte }
+
+func (t *Transport) handshake(ctx context.Context, c *net.UnixConn, rank uint32, myBoot [bootIDSize]byte) (mapping, error) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(t.cfg.HandshakeTimeout)
+	}
+	_ = c.SetDeadline(dl)
+	defer func() { _ = c.SetDeadline(time.Time{}) }()
+	if _, err := c.Write(encodeHello(rank)); err != nil {
+		return mapping{}, fmt.Errorf("%w: %w", status.ErrPeerClosed, err)
+	}
+	b := make([]byte, offerSize)
+	oob := make([]byte, unix.CmsgSpace(4*4)) // room for a few descriptors, so extras are seen and closed
+	n, oobn, _, _, err := c.ReadMsgUnix(b, oob)
+	if err != nil {
+		return mapping{}, fmt.Errorf("%w: %w", status.ErrPeerClosed, err)
+	}
+	fds := parseRights(oob[:oobn])
+	defer func() {
+		for _, fd := range fds {
+			_ = unix.Close(fd) // the mapping (if any) keeps the memory; descriptors are not needed
+		}
+	}()
+	if n < offerSize { // the rest of the offer may follow in another read
+		if _, err := io.ReadFull(c, b[n:]); err != nil {
+			return mapping{}, fmt.Errorf("%w: %w", status.ErrPeerClosed, err)
+		}
+	}
+	o, err := decodeOffer(b)
+	if err != nil {
+		return mapping{}, err
+	}
+	if o.bootID != myBoot {
+		return mapping{}, fmt.Errorf("target runs on another kernel (boot id %q): %w", o.bootID, status.ErrUnsupported)
+	}
+	if len(fds) != 1 {
+		return mapping{}, fmt.Errorf("offer carried %d descriptors, want 1: %w", len(fds), status.ErrProtocol)
+	}
+	return mapRegion(fds[0], o.size)
+}
+
+func parseRights(oob []byte) []int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for _, m := range msgs {
+		if r, err := unix.ParseUnixRights(&m); err == nil {
+			fds = append(fds, r...)
+		}
+	}
+	return fds
+}
+
+// mapRegion maps the target's memfd after checking what the target declared against what the
+// descriptor is: a peer's declaration is peer input.
+func mapRegion(fd int, size uint64) (mapping, error) {
+	if size == 0 || size > 1<<46 {
+		return mapping{}, fmt.Errorf("declared region of %d bytes: %w", size, status.ErrProtocol)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || uint64(st.Size) < size {
+		return mapping{}, fmt.Errorf("descriptor is not a regular file of at least %d bytes: %w", size, status.ErrProtocol)
+	}
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
+		return mapping{}, fmt.Errorf("target memfd's size is not sealed (seals %#x): it could shrink under the mapping: %w", seals, status.ErrProtocol)
+	}
+	page := uint64(os.Getpagesize())
+	mapped := (size + page - 1) &^ (page - 1)
+	m, err := unix.Mmap(fd, 0, int(mapped), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return mapping{}, fmt.Errorf("mmap: %w: %w", status.ErrFailed, err)
+	}
+	return mapping{mapping: m, region: m[:size:size]}, nil
+}
+
+// watch waits for the liveness link to end (the target exited or closed its server).
+func (ep *endpoint) watch() {
+	defer ep.wg.Done()
+	var one [1]byte
+	_, err := ep.conn.Read(one[:])
+	if err == nil || errors.Is(err, io.EOF) {
+		err = io.EOF
+	}
+	e := fmt.Errorf("shm: target gone: %w: %w", status.ErrPeerClosed, err)
+	ep.dead.CompareAndSwap(nil, &e)
+	close(ep.done)
+}
+
+func (ep *endpoint) RemoteSize() uint64 {
+	ep.mu.RLock()
+	defer ep.mu.RUnlock()
+	return uint64(len(ep.remote))
+}
+
+// PutAsync copies at once; the returned Op is already complete.
+func (ep *endpoint) PutAsync(ctx context.Context, localOff, remoteOff, n uint64) (*transport.Op, error) {
+	return ep.copyOp(ctx, true, localOff, remoteOff, n)
+}
+
+// GetAsync copies at once; the returned Op is already complete.
+func (ep *endpoint) GetAsync(ctx context.Context, localOff, remoteOff, n uint64) (*transport.Op, error) {
+	return ep.copyOp(ctx, false, localOff, remoteOff, n)
+}
+
+func (ep *endpoint) copyOp(ctx context.Context, put bool, localOff, remoteOff, n uint64) (*transport.Op, error) {
+	ep.mu.RLock()
+	defer ep.mu.RUnlock()
+	if e := ep.dead.Load(); e != nil {
+		return nil, *e
+	}
+	if ep.remote == nil {
+		return nil, fmt.Errorf("shm: endpoint: %w", status.ErrClosed)
+	}
+	if err := transport.CheckRanges(uint64(len(ep.local)), uint64(len(ep.remote)), localOff, remoteOff, n); err != nil {
+		return nil, fmt.Errorf("shm: %w", err)
+	}
+	if err := status.FromContext(ctx); err != nil {
+		return nil, err
+	}
+	l, r := ep.local[localOff:localOff+n], ep.remote[remoteOff:remoteOff+n]
+	if put {
+		ep.copy(r, l)
+	} else {
+		ep.copy(l, r)
+	}
+	return transport.NewOp(0), nil
+}
+
+// copy copies src to dst, splitting large copies across goroutines.
+func (ep *endpoint) copy(dst, src []byte) {
+	n := uint64(len(src))
+	workers := ep.cfg.Workers
+	if workers == 0 {
+		workers = min(runtime.GOMAXPROCS(0), 8)
+	}
+	if n < ep.cfg.ParallelThreshold || workers <= 1 {
+		pieceCopy(dst, src, ep.cfg.PieceSize, ep.cfg.HugeCopy)
+		return
+	}
+	share := (n + uint64(workers) - 1) / uint64(workers)
+	share = (share + 4095) &^ 4095 // page-aligned shares
+	var wg sync.WaitGroup
+	for off := share; off < n; off += share {
+		end := min(off+share, n)
+		wg.Go(func() { pieceCopy(dst[off:end], src[off:end], ep.cfg.PieceSize, ep.cfg.HugeCopy) })
+	}
+	pieceCopy(dst[:min(share, n)], src[:min(share, n)], ep.cfg.PieceSize, ep.cfg.HugeCopy) // this goroutine takes the first share
+	wg.Wait()
+}
+
+// pieceCopy copies in pieces of piece bytes unless the whole copy exceeds huge.
+func pieceCopy(dst, src []byte, piece, huge uint64) {
+	n := uint64(len(src))
+	if n <= piece || n > huge {
+		copy(dst, src)
+		return
+	}
+	for off := uint64(0); off < n; off += piece {
+		end := min(off+piece, n)
+		copy(dst[off:end], src[off:end])
+	}
+}
+
+// Close unmaps the target's region (after copies in progress) and closes the liveness link.
+func (ep *endpoint) Close() error {
+	ep.closeO.Do(func() {
+		e := fmt.Errorf("shm: endpoint: %w", status.ErrClosed)
+		ep.dead.CompareAndSwap(nil, &e)
+		_ = ep.conn.Close() // ends watch
+		ep.wg.Wait()
+		ep.mu.Lock()
+		if ep.remote != nil {
+			_ = unix.Munmap(ep.whole) // copies hold mu shared: none is running
+			ep.remote, ep.whole = nil, nil
+		}
+		ep.mu.Unlock()
+	})
+	return nil
+}

@@ -1,0 +1,86 @@
+package shm
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+// Defaults for Config's zero fields.
+const (
+	DefaultParallelThreshold = 1 << 20
+	DefaultPieceSize         = 512 << 10
+	DefaultHandshakeTimeout  = 5 * time.Second
+)
+
+// Config configures the shared-memory transport. The zero value of each field means its default.
+type Config struct {
+	// ParallelThreshold is the transfer size from which a copy is split across goroutines
+	// (default 1 MiB).
+	ParallelThreshold uint64
+	// Workers is the number of goroutines a large copy uses (default GOMAXPROCS, at most 8).
+	Workers int
+	// PieceSize is the unit a worker copies at a time (default 512 KiB: Go's copy of 1 MiB and
+	// more uses non-temporal stores, slower for cache-resident data, faster for huge buffers;
+	// env.md). Transfers above HugeCopy are copied in one piece per worker.
+	PieceSize uint64
+	// HugeCopy is the size above which each worker copies its whole share at once (default
+	// 64 MiB).
+	HugeCopy uint64
+	// HandshakeTimeout bounds the offer exchange (default 5 s).
+	HandshakeTimeout time.Duration
+	// Logger receives connection events; nil means silent.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.ParallelThreshold == 0 {
+		c.ParallelThreshold = DefaultParallelThreshold
+	}
+	if c.PieceSize == 0 {
+		c.PieceSize = DefaultPieceSize
+	}
+	if c.HugeCopy == 0 {
+		c.HugeCopy = 64 << 20
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate rejects impossible settings.
+func (c Config) Validate() error {
+	if c.Workers < 0 || c.Workers > 64 || c.HandshakeTimeout < 0 {
+		return fmt.Errorf("shm: workers %d, handshake timeout %v: %w", c.Workers, c.HandshakeTimeout, status.ErrInvalidConfig)
+	}
+	return nil
+}
+
+// Transport is the shared-memory transport.
+type Transport struct {
+	cfg Config
+}
+
+// New returns a shared-memory transport.
+func New(cfg Config) (*Transport, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	return &Transport{cfg: cfg}, nil
+}
+
+// Type returns transport.SHM.
+func (t *Transport) Type() transport.ConnType { return transport.SHM }
+
+// SocketName returns the abstract Unix socket name under which a Communicator serves its
+// buffer for TCP data port port: same-host initiators that know the port find it there.
+func SocketName(port int) string { return fmt.Sprintf("@hmc-shm-%d", port) }
+
+var _ transport.Transport = (*Transport)(nil)

@@ -1,0 +1,193 @@
+package shm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+
+	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+	"github.com/hmc-go/hmc/transport/transporttest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func abstractName(testing.TB) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "@hmc-shm-test-" + hex.EncodeToString(b[:])
+}
+
+func newSHM(t testing.TB) transport.Transport {
+	tr, err := New(Config{ParallelThreshold: 64 << 10, PieceSize: 16 << 10, Workers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+func TestConformance(t *testing.T) {
+	transporttest.Run(t, transporttest.Options{New: newSHM, Addr: abstractName, ChunkSize: 64 << 10})
+}
+
+func TestConformanceDefaultsPathSocket(t *testing.T) {
+	transporttest.Run(t, transporttest.Options{
+		New:  func(t testing.TB) transport.Transport { tr, _ := New(Config{}); return tr },
+		Addr: func(t testing.TB) string { return t.TempDir() + "/shm.sock" },
+	})
+}
+
+func TestWirePinned(t *testing.T) {
+	r, err := decodeHello(encodeHello(7))
+	if err != nil || r != 7 {
+		t.Fatal(r, err)
+	}
+	o := offer{size: 12345}
+	copy(o.bootID[:], "abc")
+	got, err := decodeOffer(o.encode())
+	if err != nil || got != o {
+		t.Fatal(got, err)
+	}
+	b := encodeHello(1)
+	b[4] = 9
+	if _, err := decodeHello(b); !errors.Is(err, status.ErrUnsupported) {
+		t.Fatal(err)
+	}
+	if len(o.encode()) != offerSize || SocketName(2025) != "@hmc-shm-2025" {
+		t.Fatal("sizes")
+	}
+}
+
+// fakeTarget serves one initiator by hand, offering whatever fd and declaration it is given.
+func fakeTarget(t *testing.T, o offer, fd int) string {
+	name := abstractName(t)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { l.Close(); <-done })
+	go func() {
+		defer close(done)
+		c, err := l.AcceptUnix()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		b := make([]byte, helloSize)
+		_, _ = c.Read(b)
+		var rights []byte
+		if fd >= 0 {
+			rights = unix.UnixRights(fd)
+		}
+		_, _, _ = c.WriteMsgUnix(o.encode(), rights, nil)
+		_, _ = c.Read(b) // until the initiator hangs up
+	}()
+	return name
+}
+
+func TestRefusesBadOffers(t *testing.T) {
+	boot, err := BootID()
+	if err != nil {
+		t.Skip(err)
+	}
+	local, _ := buffer.New(0, 4096, memory.CPU)
+	defer local.Close()
+	// An unsealed memfd: the target could shrink it under our mapping (SIGBUS).
+	unsealed, _ := unix.MemfdCreate("x", unix.MFD_CLOEXEC)
+	defer unix.Close(unsealed)
+	_ = unix.Ftruncate(unsealed, 8192)
+	sealed, _ := buffer.New(0, 8192, memory.CPU)
+	defer sealed.Close()
+	f, _ := os.CreateTemp(t.TempDir(), "plain")
+	defer f.Close()
+	other := boot
+	other[0] ^= 1
+	cases := []struct {
+		name string
+		o    offer
+		fd   int
+		want error
+	}{
+		{"unsealed memfd", offer{size: 8192, bootID: boot}, unsealed, status.ErrProtocol},
+		{"declares more than the file", offer{size: 1 << 20, bootID: boot}, sealed.FD(), status.ErrProtocol},
+		{"no descriptor", offer{size: 8192, bootID: boot}, -1, status.ErrProtocol},
+		{"another host", offer{size: 8192, bootID: other}, sealed.FD(), status.ErrUnsupported},
+		{"zero size", offer{size: 0, bootID: boot}, sealed.FD(), status.ErrProtocol},
+	}
+	tr := newSHM(t)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			addr := fakeTarget(t, c.o, c.fd)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			ep, err := tr.Dial(ctx, transport.DialConfig{Addr: addr, Local: local})
+			if err == nil {
+				ep.Close()
+			}
+			if !errors.Is(err, c.want) {
+				t.Fatalf("got %v, want %v", err, c.want)
+			}
+		})
+	}
+}
+
+func TestNeedsMemfdHostRegion(t *testing.T) {
+	tr := newSHM(t)
+	if _, err := tr.Listen(transport.ServerConfig{BindAddr: abstractName(t)}); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{Workers: -1}); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatal(err)
+	}
+	local, _ := buffer.New(0, 4096, memory.CPU)
+	defer local.Close()
+	ctx := context.Background()
+	if _, err := tr.Dial(ctx, transport.DialConfig{Addr: abstractName(t), Local: local}); !errors.Is(err, status.ErrFailed) {
+		t.Fatalf("dial to nobody: %v", err)
+	}
+}
+
+func BenchmarkPut(b *testing.B) {
+	for _, size := range []uint64{8, 64 << 10, 4 << 20, 256 << 20} {
+		b.Run(memoryName(size), func(b *testing.B) {
+			tr, _ := New(Config{})
+			p := transporttest.NewPairAt(b, tr, abstractName(b), size, size, 0)
+			ctx := context.Background()
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := transport.Put(ctx, p.EP, 0, 0, size); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func memoryName(n uint64) string {
+	switch {
+	case n >= 1<<20:
+		return itoa(n>>20) + "MiB"
+	case n >= 1<<10:
+		return itoa(n>>10) + "KiB"
+	}
+	return itoa(n) + "B"
+}
+
+func itoa(n uint64) string {
+	if n < 10 {
+		return string(rune('0' + n))
+	}
+	return itoa(n/10) + string(rune('0'+n%10))
+}
