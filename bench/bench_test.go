@@ -50,33 +50,11 @@ func TestServeAndRun(t *testing.T) {
 		{Op: "put", Mode: ModeG2H2G},
 		{Op: "put", Mode: ModeSerial},
 	}
-	for _, cfg := range cases {
-		t.Run(cfg.Op+"-"+cfg.Mode, func(t *testing.T) {
-			ready := make(chan [2]any, 1)
-			done := make(chan error, 1)
-			go func() {
-				done <- Serve(ctx, ServerConfig{BindIP: "127.0.0.1", BufferSize: 3 << 20, Transport: transport.TCP},
-					func(addr string, cp int) { ready <- [2]any{addr, cp} })
-			}()
-			r := <-ready
-			cfg.PeerIP, cfg.DataPort, cfg.CtrlPort = "127.0.0.1", portOf(r[0].(string)), r[1].(int)
-			cfg.Transport, cfg.Sizes, cfg.Iters, cfg.Warmup, cfg.Verify, cfg.Mem = transport.TCP, []uint64{8, 4097, 3 << 20}, 5, 1, true, memory.CPU
-			var results []Result
-			if err := Run(ctx, cfg, func(r Result) { results = append(results, r) }); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
-			if len(results) != 3 || !results[2].Verified || results[2].GBps <= 0 || results[2].P99us < results[2].P50us {
-				t.Fatalf("%+v", results)
-			}
-			if cfg.Op == "put" && cfg.Mode == ModeNone && cfg.Window == 4 {
-				if err := Plot(filepath.Join(t.TempDir(), "p.png"), "t", results); err != nil {
-					t.Fatal(err)
-				}
-			}
-		})
+	for _, tr := range []transport.ConnType{transport.TCP, transport.AUTO} {
+		for _, cfg := range cases {
+			cfg.Transport = tr
+			runCase(ctx, t, cfg)
+		}
 	}
 	if err := Run(ctx, Config{Op: "put", Mode: "warp", Sizes: []uint64{1}}, nil); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Fatal(err)
@@ -84,6 +62,35 @@ func TestServeAndRun(t *testing.T) {
 	if err := Run(ctx, Config{Op: "get", Mode: ModeUHM, Sizes: []uint64{1}}, nil); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Fatal(err)
 	}
+}
+
+func runCase(ctx context.Context, t *testing.T, cfg Config) {
+	t.Run(cfg.Transport.String()+"-"+cfg.Op+"-"+cfg.Mode, func(t *testing.T) {
+		ready := make(chan [2]any, 1)
+		done := make(chan error, 1)
+		go func() {
+			done <- Serve(ctx, ServerConfig{BindIP: "127.0.0.1", BufferSize: 3 << 20, Transport: cfg.Transport},
+				func(addr string, cp int) { ready <- [2]any{addr, cp} })
+		}()
+		r := <-ready
+		cfg.PeerIP, cfg.DataPort, cfg.CtrlPort = "127.0.0.1", portOf(r[0].(string)), r[1].(int)
+		cfg.Sizes, cfg.Iters, cfg.Warmup, cfg.Verify, cfg.Mem = []uint64{8, 4097, 3 << 20}, 5, 1, true, memory.CPU
+		var results []Result
+		if err := Run(ctx, cfg, func(r Result) { results = append(results, r) }); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if len(results) != 3 || !results[2].Verified || results[2].GBps <= 0 || results[2].P99us < results[2].P50us {
+			t.Fatalf("%+v", results)
+		}
+		if cfg.Op == "put" && cfg.Mode == ModeNone && cfg.Window == 4 {
+			if err := Plot(filepath.Join(t.TempDir(), "p.png"), "t", results); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

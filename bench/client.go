@@ -53,6 +53,7 @@ type Config struct {
 // Result is one size's measurement.
 type Result struct {
 	Transport string  `json:"transport"`
+	Route     string  `json:"route"` // the transport that carried the data (AUTO's choice)
 	Op        string  `json:"op"`
 	Mode      string  `json:"mode,omitempty"`
 	Mem       string  `json:"mem"`
@@ -142,6 +143,10 @@ func Run(ctx context.Context, cfg Config, onResult func(Result)) error {
 		return err
 	}
 	defer src.close()
+	route, err := c.Route(cfg.PeerIP, cfg.DataPort, cfg.Transport)
+	if err != nil {
+		return err
+	}
 	r := &runner{cfg: cfg, c: c, buf: buf, src: src, ctx: ctx, arr: arr}
 	for _, size := range cfg.Sizes {
 		measure := r.measure
@@ -152,6 +157,7 @@ func Run(ctx context.Context, cfg Config, onResult func(Result)) error {
 		if err != nil {
 			return fmt.Errorf("bench: size %s: %w", FormatSize(size), err)
 		}
+		res.Route = route.String()
 		onResult(res)
 	}
 	_ = c.CtrlSend(ctx, serverRank, cmdExit) // the server also stops when we hang up

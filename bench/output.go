@@ -37,7 +37,11 @@ func (t *Table) Add(r Result) {
 	if mode == "" {
 		mode = "-"
 	}
-	fmt.Fprintf(t.w, rowFormat, r.Transport, r.Op, mode, r.Mem, FormatSize(r.Size), fmt.Sprint(r.Iters),
+	tr := r.Transport
+	if r.Route != "" && r.Route != tr {
+		tr += ">" + r.Route
+	}
+	fmt.Fprintf(t.w, rowFormat, tr, r.Op, mode, r.Mem, FormatSize(r.Size), fmt.Sprint(r.Iters),
 		fmt.Sprintf("%.3f", r.GBps), fmt.Sprintf("%.1f", r.P50us), fmt.Sprintf("%.1f", r.P99us), fmt.Sprintf("%.1f", r.MeanUs))
 }
 
@@ -57,7 +61,7 @@ func Plot(path, title string, results []Result) error {
 	}
 	p.Add(line, points, plotter.NewGrid())
 	if len(results) > 0 {
-		p.Legend.Add(results[0].Transport+" "+results[0].Op, line, points)
+		p.Legend.Add(results[0].Route+" "+results[0].Op, line, points)
 	}
 	return p.Save(8*vg.Inch, 5*vg.Inch, path)
 }

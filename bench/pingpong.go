@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -36,14 +37,27 @@ func (a arrivals) notify(_, _ uint64) {
 	}
 }
 
-// await returns when b holds want. The check after each wake-up makes a stale signal harmless.
-func (a arrivals) await(ctx context.Context, b []byte, want uint64) error {
-	for seqAt(b) != want {
-		select {
-		case <-a:
-		case <-ctx.Done():
-			return status.FromContext(ctx)
+// await returns when b holds want. With notified (the peer's puts reach us through a transport
+// that calls OnRemoteWrite) it sleeps until signalled; the check after each wake-up makes a
+// stale signal harmless. Otherwise (shared memory: the peer writes our memory directly) it spins
+// on the memory, yielding, and sleeps a little now and then so the runtime can poll the network.
+func (a arrivals) await(ctx context.Context, b []byte, want uint64, notified bool) error {
+	for i := 0; seqAt(b) != want; i++ {
+		if notified {
+			select {
+			case <-a:
+			case <-ctx.Done():
+				return status.FromContext(ctx)
+			}
+			continue
 		}
+		if i&1023 == 1023 {
+			if err := status.FromContext(ctx); err != nil {
+				return err
+			}
+			time.Sleep(time.Microsecond)
+		}
+		runtime.Gosched()
 	}
 	return nil
 }
@@ -64,12 +78,12 @@ func bounce(ctx context.Context, c *comm.Communicator, ip string, port int, size
 }
 
 // pong is the server side of n ping-pong iterations with the client at ip:port.
-func pong(ctx context.Context, c *comm.Communicator, arr arrivals, ip string, port int, n uint64, ct transport.ConnType) error {
+func pong(ctx context.Context, c *comm.Communicator, arr arrivals, ip string, port int, n uint64, ct transport.ConnType, notified bool) error {
 	region := c.Buffer().Bytes()
 	size := uint64(8)
 	var prev uint64
 	for seq := uint64(1); seq <= n; seq++ {
-		if err := arr.await(ctx, region, seq); err != nil {
+		if err := arr.await(ctx, region, seq, notified); err != nil {
 			return err
 		}
 		id, err := bounce(ctx, c, ip, port, size, seq, ct)
@@ -96,7 +110,7 @@ func (r *runner) pingpong(uint64) (Result, error) {
 		iters = 10000
 	}
 	total := uint64(iters + cfg.Warmup)
-	myPort := portOf(c.DataAddr(cfg.Transport))
+	myPort := portOf(c.DataAddr(transport.AUTO)) // our TCP port names our server for every transport
 	// Start from zero on both sides, then let the server enter its loop.
 	clear(r.buf.Bytes()[:16])
 	if err := c.Put(ctx, cfg.PeerIP, cfg.DataPort, 0, 0, 16, cfg.Transport); err != nil {
@@ -105,7 +119,13 @@ func (r *runner) pingpong(uint64) (Result, error) {
 	if err := c.CtrlSend(ctx, serverRank, cmdPing); err != nil {
 		return Result{}, err
 	}
-	if err := c.Ctrl().SendStruct(ctx, serverRank, command{Len: total, Port: uint32(myPort)}); err != nil {
+	route, err := c.Route(cfg.PeerIP, cfg.DataPort, cfg.Transport)
+	if err != nil {
+		return Result{}, err
+	}
+	// Our puts reach the server over route; its answers reach us over the same kind.
+	notified := route != transport.SHM
+	if err := c.Ctrl().SendStruct(ctx, serverRank, command{Len: total, Port: uint32(myPort), Mem: uint32(route)}); err != nil {
 		return Result{}, err
 	}
 	region := r.buf.Bytes()
@@ -117,7 +137,7 @@ func (r *runner) pingpong(uint64) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		if err := r.arr.await(ctx, region, seq); err != nil {
+		if err := r.arr.await(ctx, region, seq, notified); err != nil {
 			return Result{}, err
 		}
 		if seq > uint64(cfg.Warmup) {

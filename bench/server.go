@@ -25,7 +25,7 @@ const (
 const (
 	cmdVerify = 1 // reply crc32 of region[Off, +Len)
 	cmdRecv   = 2 // RecvDataFrom the client into Len bytes of Mem memory; reply its crc32
-	cmdPing   = 3 // ping-pong Len iterations of 8-byte puts with the client (see pingpong.go); reply 0
+	cmdPing   = 3 // ping-pong Len iterations of 8-byte puts with the client (see pingpong.go; Mem carries the client's route); reply 0
 	cmdExit   = 9
 )
 
@@ -62,7 +62,7 @@ func Serve(ctx context.Context, cfg ServerConfig, ready func(dataAddr string, ct
 	if err := c.InitServer(cfg.BindIP, cfg.DataPort, cfg.CtrlPort, "", cfg.Transport); err != nil {
 		return err
 	}
-	ready(c.DataAddr(cfg.Transport), c.CtrlAddr().Port)
+	ready(c.DataAddr(transport.AUTO), c.CtrlAddr().Port) // the TCP port names the server for every transport
 	var dest []byte
 	var devMem *memory.Memory
 	var devBuf *memory.Buffer
@@ -140,7 +140,7 @@ func Serve(ctx context.Context, cfg ServerConfig, ready func(dataAddr string, ct
 			if a := c.Ctrl().PeerAddr(clientRank); a != nil {
 				ip = hostOf(a.String())
 			}
-			if err := pong(ctx, c, arr, ip, int(cmd.Port), cmd.Len, cfg.Transport); err != nil {
+			if err := pong(ctx, c, arr, ip, int(cmd.Port), cmd.Len, cfg.Transport, transport.ConnType(cmd.Mem) != transport.SHM); err != nil {
 				return fmt.Errorf("bench server: ping-pong: %w", err)
 			}
 		default:

@@ -62,7 +62,7 @@ func childServer() error {
 	}
 	defer c.Close()
 	uds := os.Getenv("HMC_COMM_UDS")
-	if err := c.InitServer("127.0.0.1", 0, 0, uds, transport.TCP); err != nil {
+	if err := c.InitServer("127.0.0.1", 0, 0, uds, transport.AUTO); err != nil {
 		return err
 	}
 	fmt.Printf("READY %s %d\n", c.DataAddr(transport.TCP), c.CtrlAddr().Port)
@@ -97,7 +97,7 @@ func childServer() error {
 			transporttest.Fill(s, r.Seed)
 		case cmdRecvData:
 			dst := make([]byte, r.Len+7) // capacity larger than the payload
-			n, err := c.RecvDataFrom(ctx, "127.0.0.1", int(r.Port), HostData(dst), transport.TCP)
+			n, err := c.RecvDataFrom(ctx, "127.0.0.1", int(r.Port), HostData(dst), transport.AUTO)
 			want := make([]byte, r.Len)
 			transporttest.Fill(want, r.Seed)
 			if err != nil || n != r.Len || !bytes.Equal(dst[:n], want) {
@@ -107,7 +107,7 @@ func childServer() error {
 		case cmdSendData:
 			src := make([]byte, r.Len)
 			transporttest.Fill(src, r.Seed)
-			if err := c.SendDataTo(ctx, "127.0.0.1", int(r.Port), HostData(src), transport.TCP); err != nil {
+			if err := c.SendDataTo(ctx, "127.0.0.1", int(r.Port), HostData(src), transport.AUTO); err != nil {
 				fmt.Fprintln(os.Stderr, "child: send data:", err)
 				reply = 0
 			}
@@ -117,7 +117,7 @@ func childServer() error {
 				return err
 			}
 			transporttest.Fill(s, r.Seed)
-			if err := c.Put(ctx, "127.0.0.1", int(r.Port), r.Off, r.Off, r.Len, transport.TCP); err != nil {
+			if err := c.Put(ctx, "127.0.0.1", int(r.Port), r.Off, r.Off, r.Len, transport.AUTO); err != nil {
 				fmt.Fprintln(os.Stderr, "child: put back:", err)
 				reply = 0
 			}

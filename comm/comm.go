@@ -2,9 +2,11 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,6 +15,7 @@ import (
 	"github.com/hmc-go/hmc/ctrl"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
+	"github.com/hmc-go/hmc/transport/shm"
 	"github.com/hmc-go/hmc/transport/tcp"
 )
 
@@ -31,12 +34,15 @@ type Config struct {
 	NumChannels int
 	// TCP configures the TCP transport.
 	TCP tcp.Config
+	// SHM configures the same-host shared-memory transport.
+	SHM shm.Config
 	// Ctrl configures the control plane.
 	Ctrl ctrl.Config
 	// Stream configures SendDataTo/RecvDataFrom.
 	Stream StreamConfig
 	// OnRemoteWrite, if set, is called after a peer's put of n bytes at off has landed in this
 	// Communicator's buffer, from the transport goroutine that served it; it must not block.
+	// Transports where the target takes no part in a put (SHM) do not call it.
 	// Use it to wait for data instead of polling the buffer (see transport.ServerConfig.OnWrite).
 	OnRemoteWrite func(off, n uint64)
 	// Logger receives connection events; nil means silent.
@@ -102,7 +108,14 @@ func New(buf *buffer.ConnBuffer, cfg Config) (*Communicator, error) {
 	if err := cfg.Stream.validate(buf.Size()); err != nil {
 		return nil, err
 	}
+	if cfg.SHM.Logger == nil {
+		cfg.SHM.Logger = cfg.Logger
+	}
 	t, err := tcp.New(cfg.TCP)
+	if err != nil {
+		return nil, err
+	}
+	sh, err := shm.New(cfg.SHM)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +127,7 @@ func New(buf *buffer.ConnBuffer, cfg Config) (*Communicator, error) {
 		buf:      buf,
 		cfg:      cfg,
 		ctrl:     m,
-		trans:    map[transport.ConnType]transport.Transport{transport.TCP: t},
+		trans:    map[transport.ConnType]transport.Transport{transport.TCP: t, transport.SHM: sh},
 		log:      cfg.Logger,
 		servers:  make(map[transport.ConnType]transport.Server),
 		eps:      make(map[peerKey]*peerEP),
@@ -129,61 +142,91 @@ func (c *Communicator) Buffer() *buffer.ConnBuffer { return c.buf }
 // Ctrl returns the control plane, for the CtrlSocketManager operations not wrapped here.
 func (c *Communicator) Ctrl() *ctrl.Manager { return c.ctrl }
 
-// transportFor resolves AUTO and reports unbuilt transports.
-func (c *Communicator) transportFor(ct transport.ConnType) (transport.ConnType, transport.Transport, error) {
-	if ct == transport.AUTO {
-		// Same-host shared memory and UCX/RDMA selection arrive with their transports; TCP is
-		// the transport that is always available.
-		ct = transport.TCP
-	}
-	if t, ok := c.trans[ct]; ok {
-		return ct, t, nil
-	}
+// kinds returns the transports that ct may use, in order of preference: AUTO prefers shared
+// memory (same-host peers) and falls back to TCP. UCX and RDMA are not built yet.
+func kinds(ct transport.ConnType) ([]transport.ConnType, error) {
 	switch ct {
-	case transport.RDMA, transport.UCX, transport.SHM:
-		return ct, nil, fmt.Errorf("comm: connection type %v: %w: not built into this binary yet (use tcp or auto)", ct, status.ErrUnsupported)
+	case transport.AUTO:
+		return []transport.ConnType{transport.SHM, transport.TCP}, nil
+	case transport.TCP, transport.SHM:
+		return []transport.ConnType{ct}, nil
+	case transport.RDMA, transport.UCX:
+		return nil, fmt.Errorf("comm: connection type %v: %w: not built into this binary yet (use tcp, shm or auto)", ct, status.ErrUnsupported)
 	}
-	return ct, nil, fmt.Errorf("comm: connection type %d: %w", int(ct), status.ErrInvalidConfig)
+	return nil, fmt.Errorf("comm: connection type %d: %w", int(ct), status.ErrInvalidConfig)
 }
 
 // InitServer starts the control plane listeners (TCP on bindIP:ctrlTCPPort when ctrlTCPPort
-// >= 0, and a Unix socket at ctrlUDSPath when non-empty) and a data server of type ct on
-// bindIP:dataPort. Port 0 picks a free port (see DataAddr, CtrlAddr). Every bind error is
-// returned. Calling it again for another ConnType adds that data server; the control listeners
-// start once.
+// >= 0, and a Unix socket at ctrlUDSPath when non-empty) and the data servers for ct on
+// bindIP:dataPort. Port 0 picks a free port (see DataAddr, CtrlAddr). TCP serves the buffer on
+// that port; SHM and AUTO also serve it to same-host peers on the abstract Unix socket
+// shm.SocketName(port) (AUTO only when the buffer is memfd-backed host memory; SHM requires
+// it). Every bind error is returned. Calling it again adds what is missing; the control
+// listeners start once.
 func (c *Communicator) InitServer(bindIP string, dataPort, ctrlTCPPort int, ctrlUDSPath string, ct transport.ConnType) error {
 	if dataPort < 0 || dataPort > 65535 {
 		return fmt.Errorf("comm: data port %d: %w", dataPort, status.ErrInvalidConfig)
 	}
-	ct, t, err := c.transportFor(ct)
+	ks, err := kinds(ct)
 	if err != nil {
 		return err
+	}
+	wantSHM := slices.Contains(ks, transport.SHM)
+	if wantSHM && c.buf.FD() < 0 {
+		if ct == transport.SHM {
+			return fmt.Errorf("comm: shm server: the buffer is %v memory without a memfd: %w", c.buf.Type(), status.ErrUnsupported)
+		}
+		wantSHM = false
+		c.log.Info("hmc: not serving shared memory: the buffer is not memfd-backed host memory", "type", c.buf.Type())
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return fmt.Errorf("comm: %w", status.ErrClosed)
 	}
-	if _, ok := c.servers[ct]; ok {
-		return nil // as upstream: a second call for the same type is a no-op
-	}
 	if c.ctrl.TCPAddr() == nil && c.ctrl.UDSPath() == "" && (ctrlTCPPort >= 0 || ctrlUDSPath != "") {
 		if err := c.ctrl.Listen(bindIP, ctrlTCPPort, ctrlUDSPath); err != nil {
 			return fmt.Errorf("comm: init server: %w", err)
 		}
 	}
-	srv, err := t.Listen(transport.ServerConfig{
-		BindAddr: net.JoinHostPort(bindIP, strconv.Itoa(dataPort)),
+	// TCP always: its port names this server, and it serves peers on other hosts.
+	if _, ok := c.servers[transport.TCP]; !ok {
+		if err := c.listenLocked(transport.TCP, net.JoinHostPort(bindIP, strconv.Itoa(dataPort))); err != nil {
+			return err
+		}
+	}
+	if _, ok := c.servers[transport.SHM]; wantSHM && !ok {
+		port, _ := splitPort(c.servers[transport.TCP].Addr())
+		if err := c.listenLocked(transport.SHM, shm.SocketName(port)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// listenLocked starts the data server of kind k. Caller holds c.mu.
+func (c *Communicator) listenLocked(k transport.ConnType, addr string) error {
+	srv, err := c.trans[k].Listen(transport.ServerConfig{
+		BindAddr: addr,
 		Region:   c.buf,
-		OnAccept: func(p transport.PeerInfo) { c.onAccept(ct, p) },
+		OnAccept: func(p transport.PeerInfo) { c.onAccept(k, p) },
 		OnWrite:  c.cfg.OnRemoteWrite,
 	})
 	if err != nil {
 		return fmt.Errorf("comm: init server: %w", err)
 	}
-	c.servers[ct] = srv
-	c.log.Info("hmc: data server listening", "transport", ct, "addr", srv.Addr())
+	c.servers[k] = srv
+	c.log.Info("hmc: data server listening", "transport", k, "addr", srv.Addr())
 	return nil
+}
+
+func splitPort(addr string) (int, string) {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, ""
+	}
+	n, _ := strconv.Atoi(p)
+	return n, h
 }
 
 func (c *Communicator) onAccept(ct transport.ConnType, p transport.PeerInfo) {
@@ -193,9 +236,12 @@ func (c *Communicator) onAccept(ct transport.ConnType, p transport.PeerInfo) {
 	c.log.Info("hmc: peer connected", "rank", p.Rank, "ip", p.IP, "listen_port", p.ListenPort, "transport", ct)
 }
 
-// DataAddr returns the address of the data server of type ct ("host:port"), or "".
+// DataAddr returns the address of a data server: for TCP and AUTO the TCP "host:port" that
+// peers connect to, for SHM the Unix socket name; "" if none.
 func (c *Communicator) DataAddr(ct transport.ConnType) string {
-	ct, _, _ = c.transportFor(ct)
+	if ct == transport.AUTO {
+		ct = transport.TCP
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s, ok := c.servers[ct]; ok {
@@ -208,24 +254,25 @@ func (c *Communicator) DataAddr(ct transport.ConnType) string {
 func (c *Communicator) CtrlAddr() *net.TCPAddr { return c.ctrl.TCPAddr() }
 
 // ConnectTo connects the control plane to rank peerID (introducing this process as selfID)
-// and a data endpoint of type ct to peerIP:dataPort. If an endpoint for (peerIP, dataPort, ct)
-// exists it returns at once. If the data connection fails, the new control link is closed.
+// and a data endpoint to peerIP:dataPort. With AUTO the endpoint is shared memory when the peer
+// is on this host (its address is one of ours and its shared-memory server answers with our
+// kernel's boot id), else TCP; the log says which and why. If an endpoint for (peerIP,
+// dataPort, ct) exists it returns at once. If the data connection fails, the new control link is
+// closed.
 func (c *Communicator) ConnectTo(ctx context.Context, peerID, selfID uint32, peerIP string, dataPort int, link CtrlLink, ct transport.ConnType) error {
-	ct, t, err := c.transportFor(ct)
-	if err != nil {
+	if _, err := kinds(ct); err != nil {
 		return err
 	}
 	if dataPort <= 0 || dataPort > 65535 {
 		return fmt.Errorf("comm: data port %d: %w", dataPort, status.ErrInvalidConfig)
 	}
-	key := peerKey{peerIP, dataPort, ct}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return fmt.Errorf("comm: %w", status.ErrClosed)
 	}
 	c.selfRank = selfID
-	_, exists := c.eps[key]
+	_, exists := c.lookupLocked(peerIP, dataPort, ct)
 	c.mu.Unlock()
 	if exists {
 		return nil
@@ -233,7 +280,7 @@ func (c *Communicator) ConnectTo(ctx context.Context, peerID, selfID uint32, pee
 	if err := c.connectCtrl(ctx, peerID, selfID, link); err != nil {
 		return err
 	}
-	if err := c.dialData(ctx, key, t, peerID, selfID); err != nil {
+	if _, err := c.dialData(ctx, peerIP, dataPort, ct, peerID, selfID); err != nil {
 		_ = c.ctrl.ClosePeer(peerID) // undo the half-made connection; the data error is reported
 		return err
 	}
@@ -256,56 +303,127 @@ func (c *Communicator) connectCtrl(ctx context.Context, peerID, selfID uint32, l
 	return fmt.Errorf("comm: control transport %v: %w", link.Transport, status.ErrInvalidConfig)
 }
 
-func (c *Communicator) dialData(ctx context.Context, key peerKey, t transport.Transport, peerID, selfID uint32) error {
-	listenPort := 0
+// dialData makes a data endpoint to ip:port with the first kind of ct that works.
+func (c *Communicator) dialData(ctx context.Context, ip string, port int, ct transport.ConnType, peerID, selfID uint32) (transport.Endpoint, error) {
+	ks, err := kinds(ct)
+	if err != nil {
+		return nil, err
+	}
+	listenPort, localIP := 0, ""
 	c.mu.Lock()
-	if s, ok := c.servers[key.conn]; ok {
-		_, p, _ := net.SplitHostPort(s.Addr())
-		listenPort, _ = strconv.Atoi(p)
+	if s, ok := c.servers[transport.TCP]; ok {
+		listenPort, localIP = splitPort(s.Addr())
+		if a := net.ParseIP(localIP); a == nil || a.IsUnspecified() {
+			localIP = ""
+		}
 	}
 	c.mu.Unlock()
-	ep, err := t.Dial(ctx, transport.DialConfig{
-		Addr:       net.JoinHostPort(key.ip, strconv.Itoa(key.port)),
-		Local:      c.buf,
-		Rank:       selfID,
-		ListenPort: listenPort,
-		Lanes:      c.cfg.NumChannels,
-	})
-	if err != nil {
-		return fmt.Errorf("comm: connect to rank %d at %s:%d: %w", peerID, key.ip, key.port, err)
+	var errs []error
+	for _, k := range ks {
+		addr := net.JoinHostPort(ip, strconv.Itoa(port))
+		if k == transport.SHM {
+			if !isLocalIP(ip) {
+				errs = append(errs, fmt.Errorf("shm: %s is not an address of this host: %w", ip, status.ErrUnsupported))
+				continue
+			}
+			addr = shm.SocketName(port)
+		}
+		ep, err := c.trans[k].Dial(ctx, transport.DialConfig{Addr: addr, Local: c.buf, Rank: selfID,
+			ListenPort: listenPort, LocalIP: localIP, Lanes: c.cfg.NumChannels})
+		if err != nil {
+			errs = append(errs, err)
+			if cerr := status.FromContext(ctx); cerr != nil {
+				break
+			}
+			continue
+		}
+		return c.register(ep, peerKey{ip, port, k}, peerID, ct, errs)
 	}
+	return nil, fmt.Errorf("comm: connect to rank %d at %s:%d over %v: %w", peerID, ip, port, ct, errors.Join(errs...))
+}
+
+// register records a new endpoint, unless a concurrent dial won (its endpoint is kept).
+func (c *Communicator) register(ep transport.Endpoint, key peerKey, peerID uint32, asked transport.ConnType, skipped []error) (transport.Endpoint, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		_ = ep.Close() // raced with Close
-		return fmt.Errorf("comm: %w", status.ErrClosed)
+		return nil, fmt.Errorf("comm: %w", status.ErrClosed)
 	}
-	if old, ok := c.eps[key]; ok { // a concurrent ConnectTo won; keep its endpoint
-		_ = ep.Close()
-		_ = old
-		return nil
+	if old, ok := c.eps[key]; ok {
+		_ = ep.Close() // a concurrent ConnectTo won
+		return old.ep, nil
 	}
 	c.eps[key] = &peerEP{ep: ep, rank: peerID}
-	c.log.Info("hmc: connected", "rank", peerID, "addr", key.ip, "port", key.port, "transport", key.conn)
-	return nil
+	why := "requested"
+	if asked == transport.AUTO {
+		why = "auto: first usable"
+		if len(skipped) > 0 {
+			why = "auto: " + errors.Join(skipped...).Error()
+		}
+	}
+	c.log.Info("hmc: connected", "rank", peerID, "addr", key.ip, "port", key.port, "transport", key.conn, "why", why)
+	return ep, nil
+}
+
+// isLocalIP reports whether ip is a loopback address or one assigned to this host.
+func isLocalIP(ip string) bool {
+	a := net.ParseIP(ip)
+	if a == nil {
+		return false
+	}
+	if a.IsLoopback() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, x := range addrs {
+		if n, ok := x.(*net.IPNet); ok && n.IP.Equal(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// lookupLocked finds an endpoint for (ip, port) among ct's kinds. Caller holds c.mu.
+func (c *Communicator) lookupLocked(ip string, port int, ct transport.ConnType) (*peerEP, bool) {
+	ks, _ := kinds(ct)
+	for _, k := range ks {
+		if pe, ok := c.eps[peerKey{ip, port, k}]; ok {
+			return pe, true
+		}
+	}
+	return nil, false
+}
+
+// acceptedLocked finds an initiator that connected to us from (ip, port) over one of ct's
+// kinds. Caller holds c.mu.
+func (c *Communicator) acceptedLocked(ip string, port int, ct transport.ConnType) (accepted, bool) {
+	ks, _ := kinds(ct)
+	for _, k := range ks {
+		if a, ok := c.accepted[peerKey{ip, port, k}]; ok {
+			return a, true
+		}
+	}
+	return accepted{}, false
 }
 
 // endpoint returns the endpoint for (ip, port, ct). A peer that connected to our server with
 // its own data listener on (ip, port) is dialed back on first use ("connect once, use both
 // ways"), so a target can put to and get from its initiators.
 func (c *Communicator) endpoint(ctx context.Context, ip string, port int, ct transport.ConnType) (transport.Endpoint, error) {
-	ct, t, err := c.transportFor(ct)
-	if err != nil {
+	if _, err := kinds(ct); err != nil {
 		return nil, err
 	}
-	key := peerKey{ip, port, ct}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil, fmt.Errorf("comm: %w", status.ErrClosed)
 	}
-	pe, ok := c.eps[key]
-	acc, known := c.accepted[key]
+	pe, ok := c.lookupLocked(ip, port, ct)
+	acc, known := c.acceptedLocked(ip, port, ct)
 	self := c.selfRank
 	c.mu.Unlock()
 	if ok {
@@ -314,84 +432,101 @@ func (c *Communicator) endpoint(ctx context.Context, ip string, port int, ct tra
 	if !known || port == 0 {
 		return nil, fmt.Errorf("comm: no %v connection to %s:%d: %w", ct, ip, port, status.ErrNotFound)
 	}
-	if err := c.dialData(ctx, key, t, acc.rank, self); err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if pe, ok := c.eps[key]; ok {
-		return pe.ep, nil
-	}
-	return nil, fmt.Errorf("comm: %s:%d: %w", ip, port, status.ErrClosed)
+	return c.dialData(ctx, ip, port, ct, acc.rank, self)
 }
 
-// CheckConn returns nil if a data endpoint to (ip, port, ct) exists or can be made from a peer
-// that connected to us, else an error wrapping ErrNotFound.
-func (c *Communicator) CheckConn(ip string, port int, ct transport.ConnType) error {
-	ct, _, err := c.transportFor(ct)
-	if err != nil {
-		return err
-	}
-	key := peerKey{ip, port, ct}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.eps[key]; ok {
-		return nil
-	}
-	if _, ok := c.accepted[key]; ok && port != 0 {
-		return nil
-	}
-	return fmt.Errorf("comm: no %v connection to %s:%d: %w", ct, ip, port, status.ErrNotFound)
-}
-
-// PeerRank returns the rank of the peer at (ip, port, ct), dialed or accepted. Port 0 matches
-// the only peer seen from ip, if there is exactly one.
-func (c *Communicator) PeerRank(ip string, port int, ct transport.ConnType) (uint32, error) {
-	ct, _, err := c.transportFor(ct)
+// Route returns the transport that carries transfers to (ip, port) when asked for ct: for
+// AUTO, the one the endpoint was made with (SHM or TCP). It is ErrNotFound before a connection.
+func (c *Communicator) Route(ip string, port int, ct transport.ConnType) (transport.ConnType, error) {
+	ks, err := kinds(ct)
 	if err != nil {
 		return 0, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if pe, ok := c.eps[peerKey{ip, port, ct}]; ok {
+	for _, k := range ks {
+		if _, ok := c.eps[peerKey{ip, port, k}]; ok {
+			return k, nil
+		}
+	}
+	return 0, fmt.Errorf("comm: no %v connection to %s:%d: %w", ct, ip, port, status.ErrNotFound)
+}
+
+// CheckConn returns nil if a data endpoint to (ip, port, ct) exists or can be made from a peer
+// that connected to us, else an error wrapping ErrNotFound.
+func (c *Communicator) CheckConn(ip string, port int, ct transport.ConnType) error {
+	if _, err := kinds(ct); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.lookupLocked(ip, port, ct); ok {
+		return nil
+	}
+	if _, ok := c.acceptedLocked(ip, port, ct); ok && port != 0 {
+		return nil
+	}
+	return fmt.Errorf("comm: no %v connection to %s:%d: %w", ct, ip, port, status.ErrNotFound)
+}
+
+// PeerRank returns the rank of the peer at (ip, port) over ct, dialed or accepted. Port 0
+// matches the only peer seen from ip, if there is exactly one.
+func (c *Communicator) PeerRank(ip string, port int, ct transport.ConnType) (uint32, error) {
+	ks, err := kinds(ct)
+	if err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pe, ok := c.lookupLocked(ip, port, ct); ok {
 		return pe.rank, nil
 	}
-	if a, ok := c.accepted[peerKey{ip, port, ct}]; ok {
+	if a, ok := c.acceptedLocked(ip, port, ct); ok {
 		return a.rank, nil
 	}
 	if port == 0 {
-		var found []uint32
+		found := map[uint32]bool{}
 		for k, a := range c.accepted {
-			if k.ip == ip && k.conn == ct {
-				found = append(found, a.rank)
+			if k.ip == ip && slices.Contains(ks, k.conn) {
+				found[a.rank] = true
 			}
 		}
 		if len(found) == 1 {
-			return found[0], nil
+			for r := range found {
+				return r, nil
+			}
 		}
 	}
 	return 0, fmt.Errorf("comm: no peer known at %s:%d over %v: %w", ip, port, ct, status.ErrNotFound)
 }
 
-// Disconnect closes the data endpoint to (ip, port, ct) and the control link to its rank.
-// Transfers in flight on it fail with ErrClosed. Disconnecting an unknown peer returns nil, as
-// upstream.
+// Disconnect closes the data endpoints to (ip, port) over ct's kinds and the control link to
+// the peer's rank. Transfers in flight on them fail with ErrClosed. Disconnecting an unknown
+// peer returns nil, as upstream.
 func (c *Communicator) Disconnect(ip string, port int, ct transport.ConnType) error {
-	ct, _, err := c.transportFor(ct)
+	ks, err := kinds(ct)
 	if err != nil {
 		return err
 	}
-	key := peerKey{ip, port, ct}
+	var gone []*peerEP
 	c.mu.Lock()
-	pe, ok := c.eps[key]
-	delete(c.eps, key)
-	delete(c.accepted, key)
-	c.mu.Unlock()
-	if !ok {
-		return nil
+	for _, k := range ks {
+		key := peerKey{ip, port, k}
+		if pe, ok := c.eps[key]; ok {
+			gone = append(gone, pe)
+		}
+		delete(c.eps, key)
+		delete(c.accepted, key)
 	}
-	_ = c.ctrl.ClosePeer(pe.rank) // the link may already be gone; the endpoint is what matters
-	return pe.ep.Close()
+	c.mu.Unlock()
+	var first error
+	for _, pe := range gone {
+		_ = c.ctrl.ClosePeer(pe.rank) // the link may already be gone; the endpoint is what matters
+		if err := pe.ep.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // CloseServer stops the data servers and the control plane (listeners and every control

@@ -14,21 +14,31 @@ import (
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
+	"github.com/hmc-go/hmc/transport/shm"
 	"github.com/hmc-go/hmc/transport/transporttest"
 )
 
 const parentBufSize = 64 << 20
 
+// forEachTransport runs one two-process test body over every transport (the same conformance
+// at the Communicator level).
+func forEachTransport(t *testing.T, f func(*testing.T, transport.ConnType)) {
+	for _, ct := range []transport.ConnType{transport.TCP, transport.SHM} {
+		t.Run(ct.String(), func(t *testing.T) { f(t, ct) })
+	}
+}
+
 // session is the parent side connected to a child peer (rank 0); the parent is rank 1.
 type session struct {
 	t   *testing.T
+	ct  transport.ConnType // the transport the test asked for
 	c   *Communicator
 	buf *buffer.ConnBuffer
 	ch  *child
 	ctx context.Context
 }
 
-func connect(t *testing.T, link ctrl.Transport) *session {
+func connect(t *testing.T, link ctrl.Transport, ct transport.ConnType) *session {
 	t.Helper()
 	ch := startChild(t)
 	buf, err := buffer.New(0, parentBufSize, memory.CPU)
@@ -42,7 +52,7 @@ func connect(t *testing.T, link ctrl.Transport) *session {
 	}
 	t.Cleanup(func() { c.Close() })
 	// The parent serves too, so the child can put back and stream to it.
-	if err := c.InitServer("127.0.0.1", 0, -1, "", transport.TCP); err != nil {
+	if err := c.InitServer("127.0.0.1", 0, -1, "", transport.AUTO); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -51,10 +61,10 @@ func connect(t *testing.T, link ctrl.Transport) *session {
 	if link == ctrl.UDS {
 		l = CtrlLink{Transport: ctrl.UDS, UDSPath: ch.uds}
 	}
-	if err := c.ConnectTo(ctx, 0, 1, "127.0.0.1", ch.dataPort, l, transport.AUTO); err != nil {
+	if err := c.ConnectTo(ctx, 0, 1, "127.0.0.1", ch.dataPort, l, ct); err != nil {
 		t.Fatal(err)
 	}
-	return &session{t: t, c: c, buf: buf, ch: ch, ctx: ctx}
+	return &session{t: t, ct: ct, c: c, buf: buf, ch: ch, ctx: ctx}
 }
 
 func (s *session) ask(cmd uint64, r request) bool {
@@ -89,15 +99,17 @@ func (s *session) localIs(off, n uint64, seed uint32) bool {
 	return bytes.Equal(got, want)
 }
 
-func TestPutGetTwoProcesses(t *testing.T) {
+func TestPutGetTwoProcesses(t *testing.T) { forEachTransport(t, testPutGetTwoProcesses) }
+
+func testPutGetTwoProcesses(t *testing.T, ct transport.ConnType) {
 	for _, link := range []ctrl.Transport{ctrl.TCP, ctrl.UDS} {
 		t.Run(link.String(), func(t *testing.T) {
-			s := connect(t, link)
+			s := connect(t, link, ct)
 			p := s.ch.dataPort
 			for i, n := range []uint64{1, 4097, 1 << 20, 5<<20 + 3} {
 				seed := uint32(10 + i)
 				s.fillLocal(100, n, seed)
-				if err := s.c.Put(s.ctx, "127.0.0.1", p, 100, 4096, n, transport.TCP); err != nil {
+				if err := s.c.Put(s.ctx, "127.0.0.1", p, 100, 4096, n, s.ct); err != nil {
 					t.Fatal(err)
 				}
 				if !s.ask(cmdCheck, request{Off: 4096, Len: n, Seed: seed}) {
@@ -107,7 +119,7 @@ func TestPutGetTwoProcesses(t *testing.T) {
 				if !s.ask(cmdFill, request{Off: 8 << 20, Len: n, Seed: seed + 100}) {
 					t.Fatal("fill")
 				}
-				if err := s.c.Get(s.ctx, "127.0.0.1", p, 16<<20, 8<<20, n, transport.TCP); err != nil {
+				if err := s.c.Get(s.ctx, "127.0.0.1", p, 16<<20, 8<<20, n, s.ct); err != nil {
 					t.Fatal(err)
 				}
 				if !s.localIs(16<<20, n, seed+100) {
@@ -120,8 +132,10 @@ func TestPutGetTwoProcesses(t *testing.T) {
 
 // TestPutThenCtrlSendIsVisible is the race upstream HMC loses 87–99 times in 100: put, then
 // send a tag; the target checks the whole range the moment the tag arrives.
-func TestPutThenCtrlSendIsVisible(t *testing.T) {
-	s := connect(t, ctrl.UDS)
+func TestPutThenCtrlSendIsVisible(t *testing.T) { forEachTransport(t, testPutThenCtrlSendIsVisible) }
+
+func testPutThenCtrlSendIsVisible(t *testing.T, ct transport.ConnType) {
+	s := connect(t, ctrl.UDS, ct)
 	iters := 3000
 	if testing.Short() {
 		iters = 500
@@ -134,7 +148,7 @@ func TestPutThenCtrlSendIsVisible(t *testing.T) {
 		off := uint64(i%64) * 4096
 		seed := uint32(i + 1)
 		s.fillLocal(off, n, seed)
-		if err := s.c.Put(s.ctx, "127.0.0.1", s.ch.dataPort, off, off, n, transport.TCP); err != nil {
+		if err := s.c.Put(s.ctx, "127.0.0.1", s.ch.dataPort, off, off, n, s.ct); err != nil {
 			t.Fatal(err)
 		}
 		if !s.ask(cmdCheck, request{Off: off, Len: n, Seed: seed}) {
@@ -143,14 +157,16 @@ func TestPutThenCtrlSendIsVisible(t *testing.T) {
 	}
 }
 
-func TestNonBlockingAndPipelines(t *testing.T) {
-	s := connect(t, ctrl.TCP)
+func TestNonBlockingAndPipelines(t *testing.T) { forEachTransport(t, testNonBlockingAndPipelines) }
+
+func testNonBlockingAndPipelines(t *testing.T, ct transport.ConnType) {
+	s := connect(t, ctrl.TCP, ct)
 	p := s.ch.dataPort
 	const n, size = 16, 1<<20 + 5
 	s.fillLocal(0, n*size, 42)
 	var ids []uint64
 	for i := range n {
-		id, err := s.c.PutNB(s.ctx, "127.0.0.1", p, uint64(i*size), uint64(i*size), size, transport.TCP)
+		id, err := s.c.PutNB(s.ctx, "127.0.0.1", p, uint64(i*size), uint64(i*size), size, s.ct)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +188,7 @@ func TestNonBlockingAndPipelines(t *testing.T) {
 	ids = ids[:0]
 	clear(s.buf.Bytes()[32<<20 : 32<<20+n*size])
 	for i := range n {
-		id, err := s.c.GetNB(s.ctx, "127.0.0.1", p, 32<<20+uint64(i*size), uint64(i*size), size, transport.TCP)
+		id, err := s.c.GetNB(s.ctx, "127.0.0.1", p, 32<<20+uint64(i*size), uint64(i*size), size, s.ct)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,14 +206,14 @@ func TestNonBlockingAndPipelines(t *testing.T) {
 	// Pipelines with an odd chunk and a small window.
 	const total = 20<<20 + 11
 	s.fillLocal(0, total, 43)
-	if err := s.c.PutPipeline(s.ctx, "127.0.0.1", p, 0, 1000, total, 1<<20+3, 3, transport.TCP); err != nil {
+	if err := s.c.PutPipeline(s.ctx, "127.0.0.1", p, 0, 1000, total, 1<<20+3, 3, s.ct); err != nil {
 		t.Fatal(err)
 	}
 	if !s.ask(cmdCheck, request{Off: 1000, Len: total, Seed: 43}) {
 		t.Fatal("put pipeline differs")
 	}
 	clear(s.buf.Bytes()[:total])
-	if err := s.c.GetPipeline(s.ctx, "127.0.0.1", p, 0, 1000, total, 0, 0, transport.TCP); err != nil {
+	if err := s.c.GetPipeline(s.ctx, "127.0.0.1", p, 0, 1000, total, 0, 0, s.ct); err != nil {
 		t.Fatal(err)
 	}
 	if !s.localIs(0, total, 43) {
@@ -205,8 +221,10 @@ func TestNonBlockingAndPipelines(t *testing.T) {
 	}
 }
 
-func TestSendRecvData(t *testing.T) {
-	s := connect(t, ctrl.UDS)
+func TestSendRecvData(t *testing.T) { forEachTransport(t, testSendRecvData) }
+
+func testSendRecvData(t *testing.T, ct transport.ConnType) {
+	s := connect(t, ctrl.UDS, ct)
 	p := s.ch.dataPort
 	// The child's ring is 32 MiB of 1 MiB slots, ours 64 MiB of 1 MiB slots: payloads far larger
 	// than either buffer must arrive whole (upstream re-sends the first chunk).
@@ -216,7 +234,7 @@ func TestSendRecvData(t *testing.T) {
 		transporttest.Fill(src, seed)
 		errc := make(chan bool, 1)
 		go func() { errc <- s.ask(cmdRecvData, request{Len: n, Seed: seed, Port: s.myPort()}) }()
-		if err := s.c.SendDataTo(s.ctx, "127.0.0.1", p, HostData(src), transport.TCP); err != nil {
+		if err := s.c.SendDataTo(s.ctx, "127.0.0.1", p, HostData(src), s.ct); err != nil {
 			t.Fatalf("send %d: %v", n, err)
 		}
 		if !<-errc {
@@ -231,7 +249,7 @@ func TestSendRecvData(t *testing.T) {
 		var got uint64
 		go func() {
 			var err error
-			got, err = s.c.RecvDataFrom(s.ctx, "127.0.0.1", p, HostData(dst), transport.TCP)
+			got, err = s.c.RecvDataFrom(s.ctx, "127.0.0.1", p, HostData(dst), s.ct)
 			errc <- err
 		}()
 		if !s.ask(cmdSendData, request{Len: n, Seed: seed, Port: s.myPort()}) {
@@ -250,7 +268,7 @@ func TestSendRecvData(t *testing.T) {
 	src := make([]byte, 1<<20)
 	resp := make(chan bool, 1)
 	go func() { resp <- s.ask(cmdRecvData, request{Len: 100, Seed: 1, Port: s.myPort()}) }()
-	if err := s.c.SendDataTo(s.ctx, "127.0.0.1", p, HostData(src), transport.TCP); !errors.Is(err, status.ErrInvalidConfig) {
+	if err := s.c.SendDataTo(s.ctx, "127.0.0.1", p, HostData(src), s.ct); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Fatalf("oversized stream: %v", err)
 	}
 	if <-resp {
@@ -258,9 +276,11 @@ func TestSendRecvData(t *testing.T) {
 	}
 }
 
-func TestTargetPutsBack(t *testing.T) {
-	s := connect(t, ctrl.TCP)
-	if err := s.c.CheckConn("127.0.0.1", s.ch.dataPort, transport.TCP); err != nil {
+func TestTargetPutsBack(t *testing.T) { forEachTransport(t, testTargetPutsBack) }
+
+func testTargetPutsBack(t *testing.T, ct transport.ConnType) {
+	s := connect(t, ctrl.TCP, ct)
+	if err := s.c.CheckConn("127.0.0.1", s.ch.dataPort, s.ct); err != nil {
 		t.Fatal(err)
 	}
 	if !s.ask(cmdPutBack, request{Off: 12345, Len: 3<<20 + 1, Seed: 77, Port: s.myPort()}) {
@@ -271,8 +291,10 @@ func TestTargetPutsBack(t *testing.T) {
 	}
 }
 
-func TestBadInput(t *testing.T) {
-	s := connect(t, ctrl.TCP)
+func TestBadInput(t *testing.T) { forEachTransport(t, testBadInput) }
+
+func testBadInput(t *testing.T, ct transport.ConnType) {
+	s := connect(t, ctrl.TCP, ct)
 	p := s.ch.dataPort
 	ctx := s.ctx
 	// Out of range on either side: typed error, nothing written remotely.
@@ -284,14 +306,14 @@ func TestBadInput(t *testing.T) {
 		{parentBufSize - 1, 0, 2},
 		{0, ^uint64(0), 2},
 	} {
-		err := s.c.Put(ctx, "127.0.0.1", p, c.lo, c.ro, c.n, transport.TCP)
+		err := s.c.Put(ctx, "127.0.0.1", p, c.lo, c.ro, c.n, s.ct)
 		if !errors.Is(err, status.ErrOutOfRange) || status.CodeOf(err) != status.InvalidConfig {
 			t.Fatalf("put %+v: %v", c, err)
 		}
-		if _, err := s.c.GetNB(ctx, "127.0.0.1", p, c.lo, c.ro, c.n, transport.TCP); !errors.Is(err, status.ErrOutOfRange) {
+		if _, err := s.c.GetNB(ctx, "127.0.0.1", p, c.lo, c.ro, c.n, s.ct); !errors.Is(err, status.ErrOutOfRange) {
 			t.Fatalf("getNB %+v: %v", c, err)
 		}
-		if err := s.c.PutPipeline(ctx, "127.0.0.1", p, c.lo, c.ro, c.n, 0, 0, transport.TCP); !errors.Is(err, status.ErrOutOfRange) {
+		if err := s.c.PutPipeline(ctx, "127.0.0.1", p, c.lo, c.ro, c.n, 0, 0, s.ct); !errors.Is(err, status.ErrOutOfRange) {
 			t.Fatalf("pipeline %+v: %v", c, err)
 		}
 	}
@@ -299,33 +321,33 @@ func TestBadInput(t *testing.T) {
 		t.Fatal("a refused put changed the child's region")
 	}
 	// Unknown peer.
-	if err := s.c.Put(ctx, "127.0.0.1", 1, 0, 0, 1, transport.TCP); !errors.Is(err, status.ErrNotFound) {
+	if err := s.c.Put(ctx, "127.0.0.1", 1, 0, 0, 1, s.ct); !errors.Is(err, status.ErrNotFound) {
 		t.Fatalf("unknown peer: %v", err)
 	}
-	if err := s.c.CheckConn("127.0.0.2", p, transport.TCP); !errors.Is(err, status.ErrNotFound) {
+	if err := s.c.CheckConn("127.0.0.2", p, s.ct); !errors.Is(err, status.ErrNotFound) {
 		t.Fatal(err)
 	}
 	if err := s.c.Wait(ctx, 987654); !errors.Is(err, status.ErrNotFound) {
 		t.Fatal(err)
 	}
 	// Transports not built yet.
-	for _, ct := range []transport.ConnType{transport.RDMA, transport.UCX, transport.SHM} {
-		if err := s.c.Put(ctx, "127.0.0.1", p, 0, 0, 1, ct); !errors.Is(err, status.ErrUnsupported) {
-			t.Fatalf("%v: %v", ct, err)
+	for _, other := range []transport.ConnType{transport.RDMA, transport.UCX} {
+		if err := s.c.Put(ctx, "127.0.0.1", p, 0, 0, 1, other); !errors.Is(err, status.ErrUnsupported) {
+			t.Fatalf("%v: %v", other, err)
 		}
 	}
 	if err := s.c.Put(ctx, "127.0.0.1", p, 0, 0, 1, transport.ConnType(42)); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Fatal(err)
 	}
 	// A ctrl link that cannot be made leaves nothing behind.
-	err := s.c.ConnectTo(ctx, 5, 1, "127.0.0.1", 1, CtrlLink{Transport: ctrl.UDS}, transport.TCP)
+	err := s.c.ConnectTo(ctx, 5, 1, "127.0.0.1", 1, CtrlLink{Transport: ctrl.UDS}, s.ct)
 	if !errors.Is(err, status.ErrInvalidConfig) {
 		t.Fatal(err)
 	}
-	if err := s.c.Disconnect("127.0.0.1", p, transport.TCP); err != nil {
+	if err := s.c.Disconnect("127.0.0.1", p, s.ct); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.c.Put(ctx, "127.0.0.1", p, 0, 0, 1, transport.TCP); !errors.Is(err, status.ErrNotFound) {
+	if err := s.c.Put(ctx, "127.0.0.1", p, 0, 0, 1, s.ct); !errors.Is(err, status.ErrNotFound) {
 		t.Fatalf("after disconnect: %v", err)
 	}
 }
@@ -353,6 +375,16 @@ func TestInitServerBindErrorsAreReturned(t *testing.T) {
 	if err := b.InitServer("127.0.0.1", 0, -1, "", transport.UCX); !errors.Is(err, status.ErrUnsupported) {
 		t.Fatal(err)
 	}
+	// AUTO also serves shared memory on the TCP port's abstract socket; a second server for
+	// the same port is refused there too.
+	c2, _ := New(buf, Config{})
+	defer c2.Close()
+	if err := c2.InitServer("127.0.0.1", 0, -1, "", transport.AUTO); err != nil {
+		t.Fatal(err)
+	}
+	if got := c2.DataAddr(transport.SHM); got != shm.SocketName(transporttestPort(c2.DataAddr(transport.AUTO))) {
+		t.Fatalf("shm address %q", got)
+	}
 	if _, err := New(nil, Config{}); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Fatal(err)
 	}
@@ -363,8 +395,10 @@ func TestInitServerBindErrorsAreReturned(t *testing.T) {
 
 // TestPeerKilledMidTransfer kills the child with SIGKILL while large transfers are in flight:
 // every call returns an error before its deadline and no goroutine is left (goleak).
-func TestPeerKilledMidTransfer(t *testing.T) {
-	s := connect(t, ctrl.TCP)
+func TestPeerKilledMidTransfer(t *testing.T) { forEachTransport(t, testPeerKilledMidTransfer) }
+
+func testPeerKilledMidTransfer(t *testing.T, ct transport.ConnType) {
+	s := connect(t, ctrl.TCP, ct)
 	p := s.ch.dataPort
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -372,7 +406,7 @@ func TestPeerKilledMidTransfer(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
-			if err := s.c.PutPipeline(ctx, "127.0.0.1", p, 0, 0, 60<<20, 0, 0, transport.TCP); err != nil {
+			if err := s.c.PutPipeline(ctx, "127.0.0.1", p, 0, 0, 60<<20, 0, 0, s.ct); err != nil {
 				errs <- err
 				return
 			}
@@ -380,7 +414,7 @@ func TestPeerKilledMidTransfer(t *testing.T) {
 	})
 	wg.Go(func() {
 		for {
-			if err := s.c.Get(ctx, "127.0.0.1", p, 0, 0, 60<<20, transport.TCP); err != nil {
+			if err := s.c.Get(ctx, "127.0.0.1", p, 0, 0, 60<<20, s.ct); err != nil {
 				errs <- err
 				return
 			}
@@ -407,4 +441,39 @@ func TestPeerKilledMidTransfer(t *testing.T) {
 		t.Fatalf("took %v to notice the dead peer", d)
 	}
 	s.c.Close()
+}
+
+// TestSHMWorksWhileTargetIsStopped proves one-sidedness: with the target process stopped
+// (SIGSTOP: no thread of it runs), shared-memory puts and gets still complete.
+func TestSHMWorksWhileTargetIsStopped(t *testing.T) {
+	s := connect(t, ctrl.UDS, transport.SHM)
+	p := s.ch.dataPort
+	const n = 8<<20 + 5
+	s.fillLocal(0, n, 31)
+	if err := s.ch.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = s.ch.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	if err := s.c.Put(ctx, "127.0.0.1", p, 0, 4096, n, transport.SHM); err != nil {
+		t.Fatalf("put to a stopped target: %v", err)
+	}
+	clear(s.buf.Bytes()[16<<20 : 16<<20+n])
+	if err := s.c.Get(ctx, "127.0.0.1", p, 16<<20, 4096, n, transport.SHM); err != nil {
+		t.Fatalf("get from a stopped target: %v", err)
+	}
+	if !s.localIs(16<<20, n, 31) {
+		t.Fatal("get from a stopped target differs")
+	}
+	_ = s.ch.cmd.Process.Signal(syscall.SIGCONT)
+	stopped = false
+	if !s.ask(cmdCheck, request{Off: 4096, Len: n, Seed: 31}) {
+		t.Fatal("target's region differs after it resumed")
+	}
 }

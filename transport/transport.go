@@ -78,6 +78,9 @@ type DialConfig struct {
 	// the target so it can address the initiator back.
 	Rank       uint32
 	ListenPort int
+	// LocalIP is the initiator's own address as its peers know it ("" if unknown). Transports
+	// whose target cannot see it (shared memory) pass it on in their handshake.
+	LocalIP string
 	// Lanes is the number of parallel connections (HMC's num_chs); 0 means the transport's
 	// default.
 	Lanes int

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/transport"
+	"github.com/hmc-go/hmc/transport/shm"
 )
 
 func infoCmd() *cobra.Command {
@@ -49,9 +50,12 @@ func transportStatus(ct transport.ConnType) string {
 	case transport.TCP:
 		return "available (pure Go, multi-lane)"
 	case transport.AUTO:
-		return "available: chooses tcp (shm for same-host peers and ucx/rdma are not built yet)"
+		return "available: shm when the peer's address is one of this host's and its server answers with this kernel's boot id, else tcp (ucx/rdma not built yet)"
 	case transport.SHM:
-		return "unavailable: the same-host shared-memory transport is not built yet"
+		if _, err := shm.BootID(); err != nil {
+			return "unavailable: " + err.Error()
+		}
+		return "available (same host: sealed memfd passed over a Unix socket, initiator-only copies)"
 	case transport.UCX:
 		return "unavailable: this binary was built without the ucx build tag"
 	case transport.RDMA:

@@ -55,7 +55,11 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 		return nil, fmt.Errorf("shm: dial %s: %w: %w", cfg.Addr, status.ErrFailed, err)
 	}
 	c := nc.(*net.UnixConn)
-	whole, err := t.handshake(ctx, c, cfg.Rank, myBoot)
+	if cfg.ListenPort < 0 || cfg.ListenPort > 65535 {
+		_ = c.Close()
+		return nil, fmt.Errorf("shm: listen port %d: %w", cfg.ListenPort, status.ErrInvalidConfig)
+	}
+	whole, err := t.handshake(ctx, c, hello{rank: cfg.Rank, listenPort: uint16(cfg.ListenPort), ip: cfg.LocalIP}, myBoot)
 	if err != nil {
 		_ = c.Close() // the handshake failed; its error is reported
 		return nil, fmt.Errorf("shm: %s: %w", cfg.Addr, err)
@@ -68,14 +72,14 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 
 type mapping struct{ mapping, region []byte }
 
-func (t *Transport) handshake(ctx context.Context, c *net.UnixConn, rank uint32, myBoot [bootIDSize]byte) (mapping, error) {
+func (t *Transport) handshake(ctx context.Context, c *net.UnixConn, h hello, myBoot [bootIDSize]byte) (mapping, error) {
 	dl, ok := ctx.Deadline()
 	if !ok {
 		dl = time.Now().Add(t.cfg.HandshakeTimeout)
 	}
 	_ = c.SetDeadline(dl)
 	defer func() { _ = c.SetDeadline(time.Time{}) }()
-	if _, err := c.Write(encodeHello(rank)); err != nil {
+	if _, err := c.Write(h.encode()); err != nil {
 		return mapping{}, fmt.Errorf("%w: %w", status.ErrPeerClosed, err)
 	}
 	b := make([]byte, offerSize)

@@ -110,7 +110,7 @@ func (s *server) serve(c *net.UnixConn) {
 	if _, err := io.ReadFull(c, b); err != nil {
 		return
 	}
-	rank, err := decodeHello(b)
+	h, err := decodeHello(b)
 	if err != nil {
 		s.t.cfg.Logger.Warn("shm: bad hello", "err", err)
 		return
@@ -120,7 +120,11 @@ func (s *server) serve(c *net.UnixConn) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	if s.onAccept != nil {
-		s.onAccept(transport.PeerInfo{Rank: rank})
+		ip := h.ip
+		if ip == "" {
+			ip = "127.0.0.1"
+		}
+		s.onAccept(transport.PeerInfo{Rank: h.rank, IP: ip, ListenPort: int(h.listenPort)})
 	}
 	var one [1]byte
 	for { // the initiator never sends more; this returns when it closes or Close closes c

@@ -48,8 +48,9 @@ func TestConformanceDefaultsPathSocket(t *testing.T) {
 }
 
 func TestWirePinned(t *testing.T) {
-	r, err := decodeHello(encodeHello(7))
-	if err != nil || r != 7 {
+	h := hello{rank: 7, listenPort: 2025, ip: "10.1.2.3"}
+	r, err := decodeHello(h.encode())
+	if err != nil || r != h {
 		t.Fatal(r, err)
 	}
 	o := offer{size: 12345}
@@ -58,7 +59,7 @@ func TestWirePinned(t *testing.T) {
 	if err != nil || got != o {
 		t.Fatal(got, err)
 	}
-	b := encodeHello(1)
+	b := hello{rank: 1}.encode()
 	b[4] = 9
 	if _, err := decodeHello(b); !errors.Is(err, status.ErrUnsupported) {
 		t.Fatal(err)

@@ -13,28 +13,47 @@ import (
 const (
 	magic      = "HMCS"
 	version    = 1
-	helloSize  = 16
+	helloSize  = 64
+	maxIPLen   = 46
 	offerSize  = 56
 	bootIDSize = 40
 )
 
-// hello: initiator → target: magic, version u16, reserved u16, rank u32, reserved u32.
-func encodeHello(rank uint32) []byte {
+// hello: initiator → target, 64 bytes: magic, version u16, listen port u16, rank u32, IP
+// length u8, reserved [3], the initiator's IP as text (at most 46 bytes), zero padding.
+type hello struct {
+	rank       uint32
+	listenPort uint16
+	ip         string
+}
+
+func (h hello) encode() []byte {
 	b := make([]byte, helloSize)
 	copy(b, magic)
 	binary.LittleEndian.PutUint16(b[4:], version)
-	binary.LittleEndian.PutUint32(b[8:], rank)
+	binary.LittleEndian.PutUint16(b[6:], h.listenPort)
+	binary.LittleEndian.PutUint32(b[8:], h.rank)
+	ip := h.ip
+	if len(ip) > maxIPLen {
+		ip = ""
+	}
+	b[12] = byte(len(ip))
+	copy(b[16:], ip)
 	return b
 }
 
-func decodeHello(b []byte) (uint32, error) {
+func decodeHello(b []byte) (hello, error) {
 	if len(b) != helloSize || string(b[:4]) != magic {
-		return 0, fmt.Errorf("shm: bad hello: %w", status.ErrProtocol)
+		return hello{}, fmt.Errorf("shm: bad hello: %w", status.ErrProtocol)
 	}
 	if v := binary.LittleEndian.Uint16(b[4:]); v != version {
-		return 0, fmt.Errorf("shm: initiator speaks version %d, target %d: %w", v, version, status.ErrUnsupported)
+		return hello{}, fmt.Errorf("shm: initiator speaks version %d, target %d: %w", v, version, status.ErrUnsupported)
 	}
-	return binary.LittleEndian.Uint32(b[8:]), nil
+	n := int(b[12])
+	if n > maxIPLen {
+		return hello{}, fmt.Errorf("shm: hello IP of %d bytes: %w", n, status.ErrProtocol)
+	}
+	return hello{rank: binary.LittleEndian.Uint32(b[8:]), listenPort: binary.LittleEndian.Uint16(b[6:]), ip: string(b[16 : 16+n])}, nil
 }
 
 // offer: target → initiator, sent with the memfd: magic, version u16, reserved u16, region
