@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -224,9 +225,20 @@ func (ep *endpoint) copy(dst, src []byte) {
 	wg.Wait()
 }
 
-// pieceCopy copies in pieces of piece bytes unless the whole copy exceeds huge.
+// pieceCopy copies src to dst: up to huge bytes with glibc's memcpy when it is loadable, else
+// in pieces of piece bytes with Go's copy (whose non-temporal path for ≥ 1 MiB is slow for
+// cache-resident data); above huge with one Go copy, whose non-temporal stores win there.
 func pieceCopy(dst, src []byte, piece, huge uint64) {
 	n := uint64(len(src))
+	if n == 0 {
+		return
+	}
+	if n <= huge && n > 256 {
+		if mc := libcMemcpy(); mc != nil {
+			mc(unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src)), uintptr(n))
+			return
+		}
+	}
 	if n <= piece || n > huge {
 		copy(dst, src)
 		return

@@ -23,12 +23,13 @@ type Config struct {
 	ParallelThreshold uint64
 	// Workers is the number of goroutines a large copy uses (default GOMAXPROCS, at most 8).
 	Workers int
-	// PieceSize is the unit a worker copies at a time (default 512 KiB: Go's copy of 1 MiB and
-	// more uses non-temporal stores, slower for cache-resident data, faster for huge buffers;
-	// env.md). Transfers above HugeCopy are copied in one piece per worker.
+	// PieceSize is the unit a worker copies at a time with Go's copy when glibc's memcpy cannot
+	// be loaded (default 512 KiB: Go's copy of 1 MiB and more uses non-temporal stores, slower
+	// for cache-resident data, faster for huge buffers; env.md). With glibc, shares up to
+	// HugeCopy are one memcpy each (faster: `rep movsb`).
 	PieceSize uint64
-	// HugeCopy is the size above which each worker copies its whole share at once (default
-	// 64 MiB).
+	// HugeCopy is the share size above which a worker uses one Go copy (non-temporal stores,
+	// best for data far larger than the caches; default 64 MiB).
 	HugeCopy uint64
 	// HandshakeTimeout bounds the offer exchange (default 5 s).
 	HandshakeTimeout time.Duration
