@@ -20,7 +20,13 @@ import (
 	"github.com/hmc-go/hmc/transport/transporttest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv("HMC_SHM_CMA_CHILD") == "1" {
+		cmaChild()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func abstractName(testing.TB) string {
 	var b [8]byte
