@@ -167,7 +167,7 @@ func TestNeedsMemfdHostRegion(t *testing.T) {
 
 func BenchmarkPut(b *testing.B) {
 	for _, size := range []uint64{8, 64 << 10, 4 << 20, 256 << 20} {
-		b.Run(memoryName(size), func(b *testing.B) {
+		b.Run(transporttest.SizeName(size), func(b *testing.B) {
 			tr, _ := New(Config{})
 			p := transporttest.NewPairAt(b, tr, abstractName(b), size, size, 0)
 			ctx := context.Background()
@@ -180,21 +180,4 @@ func BenchmarkPut(b *testing.B) {
 			}
 		})
 	}
-}
-
-func memoryName(n uint64) string {
-	switch {
-	case n >= 1<<20:
-		return itoa(n>>20) + "MiB"
-	case n >= 1<<10:
-		return itoa(n>>10) + "KiB"
-	}
-	return itoa(n) + "B"
-}
-
-func itoa(n uint64) string {
-	if n < 10 {
-		return string(rune('0' + n))
-	}
-	return itoa(n/10) + string(rune('0'+n%10))
 }

@@ -316,7 +316,7 @@ func TestOnWriteNotifiesAfterLanding(t *testing.T) {
 
 func BenchmarkPut(b *testing.B) {
 	for _, size := range []uint64{8, 64 << 10, 1 << 20, 4 << 20} {
-		b.Run(sizeName(size), func(b *testing.B) {
+		b.Run(transporttest.SizeName(size), func(b *testing.B) {
 			tr, _ := New(Config{})
 			p := transporttest.NewPair(b, tr, size, size, 0)
 			ctx := context.Background()
@@ -329,21 +329,4 @@ func BenchmarkPut(b *testing.B) {
 			}
 		})
 	}
-}
-
-func sizeName(n uint64) string {
-	switch {
-	case n >= 1<<20:
-		return itoa(n>>20) + "MiB"
-	case n >= 1<<10:
-		return itoa(n>>10) + "KiB"
-	}
-	return itoa(n) + "B"
-}
-
-func itoa(n uint64) string {
-	if n < 10 {
-		return string(rune('0' + n))
-	}
-	return itoa(n/10) + string(rune('0'+n%10))
 }

@@ -338,3 +338,14 @@ func testTargetGone(t *testing.T, o Options) {
 		t.Fatal("took too long to notice")
 	}
 }
+
+// SizeName names a benchmark size ("8B", "64KiB", "4MiB").
+func SizeName(n uint64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
