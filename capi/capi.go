@@ -1,0 +1,652 @@
+//go:build cgo
+
+package main
+
+/*
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static __thread char hmc_err[1024];
+
+static void hmc_set_error(const char *msg) {
+	strncpy(hmc_err, msg, sizeof hmc_err - 1);
+	hmc_err[sizeof hmc_err - 1] = 0;
+}
+
+static const char *hmc_get_error(void) { return hmc_err; }
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"time"
+	"unsafe"
+
+	hmc "github.com/hmc-go/hmc"
+	"github.com/hmc-go/hmc/comm"
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
+)
+
+// call runs f, records its error in the thread's last-error string and returns its status
+// code. A panic becomes ERROR: it must never unwind into C.
+func call(f func() error) (rc C.int) {
+	defer func() {
+		if r := recover(); r != nil {
+			setError(fmt.Sprintf("hmc: internal error: %v", r))
+			rc = C.int(status.Error)
+		}
+	}()
+	if err := f(); err != nil {
+		setError(err.Error())
+		return C.int(status.CodeOf(err))
+	}
+	return C.int(status.Success)
+}
+
+func setError(msg string) {
+	cs := C.CString(msg)
+	C.hmc_set_error(cs)
+	C.free(unsafe.Pointer(cs))
+}
+
+// deadline turns a C timeout in milliseconds into a context: > 0 bounds the call, <= 0 waits
+// without a deadline.
+func deadline(ms C.int) (context.Context, context.CancelFunc) {
+	if ms > 0 {
+		return context.WithTimeout(context.Background(), time.Duration(ms)*time.Millisecond)
+	}
+	return context.WithCancel(context.Background())
+}
+
+func hostBytes(p unsafe.Pointer, n C.uint64_t) ([]byte, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	if p == nil {
+		return nil, fmt.Errorf("hmc: null pointer for %d bytes: %w", uint64(n), status.ErrInvalidConfig)
+	}
+	return memory.HostSlice(memory.Ptr(uintptr(p)), uint64(n)), nil
+}
+
+//export hmc_last_error
+func hmc_last_error() *C.char { return C.hmc_get_error() }
+
+var statusNames = func() map[status.Code]*C.char {
+	m := map[status.Code]*C.char{}
+	for c := status.Success; c <= status.NotFound; c++ {
+		m[c] = C.CString(c.String()) // kept for the life of the process
+	}
+	return m
+}()
+
+var unknownStatus = C.CString("UNKNOWN")
+
+//export hmc_status_string
+func hmc_status_string(code C.int) *C.char {
+	if s, ok := statusNames[status.Code(code)]; ok {
+		return s
+	}
+	return unknownStatus
+}
+
+// ---- Memory ----
+
+//export hmc_memory_probe
+func hmc_memory_probe(memType C.int) C.int {
+	return call(func() error { return memory.Probe(memory.Type(memType)) })
+}
+
+//export hmc_memory_open
+func hmc_memory_open(deviceID, memType C.int, out *C.uint64_t) C.int {
+	return call(func() error {
+		if out == nil {
+			return fmt.Errorf("hmc: null out handle: %w", status.ErrInvalidConfig)
+		}
+		m, err := memory.New(int(deviceID), memory.Type(memType))
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(table.add(m))
+		return nil
+	})
+}
+
+//export hmc_memory_type
+func hmc_memory_type(h C.uint64_t) C.int {
+	m, err := get[*memory.Memory](uint64(h))
+	if err != nil {
+		setError(err.Error())
+		return -1
+	}
+	return C.int(m.Type())
+}
+
+//export hmc_memory_alloc
+func hmc_memory_alloc(h C.uint64_t, size C.uint64_t, out *C.uint64_t) C.int {
+	return call(func() error {
+		m, err := get[*memory.Memory](uint64(h))
+		if err != nil {
+			return err
+		}
+		if out == nil {
+			return fmt.Errorf("hmc: null out pointer: %w", status.ErrInvalidConfig)
+		}
+		b, err := m.Alloc(uint64(size))
+		if err != nil {
+			return err
+		}
+		allocs.Store(uintptr(b.Ptr()), b)
+		*out = C.uint64_t(b.Ptr())
+		return nil
+	})
+}
+
+//export hmc_memory_free
+func hmc_memory_free(h C.uint64_t, ptr C.uint64_t) C.int {
+	return call(func() error {
+		m, err := get[*memory.Memory](uint64(h))
+		if err != nil {
+			return err
+		}
+		v, ok := allocs.Load(uintptr(ptr))
+		if !ok {
+			return fmt.Errorf("hmc: free of %#x, which this library did not allocate: %w", uint64(ptr), status.ErrInvalidConfig)
+		}
+		if err := m.Free(v.(*memory.Buffer)); err != nil {
+			return err
+		}
+		allocs.Delete(uintptr(ptr))
+		return nil
+	})
+}
+
+//export hmc_memory_copy_h2d
+func hmc_memory_copy_h2d(h C.uint64_t, dst C.uint64_t, src unsafe.Pointer, n C.uint64_t) C.int {
+	return call(func() error {
+		m, err := get[*memory.Memory](uint64(h))
+		if err != nil {
+			return err
+		}
+		b, err := hostBytes(src, n)
+		if err != nil {
+			return err
+		}
+		return m.CopyHostToDevice(memory.Ptr(dst), b)
+	})
+}
+
+//export hmc_memory_copy_d2h
+func hmc_memory_copy_d2h(h C.uint64_t, dst unsafe.Pointer, src C.uint64_t, n C.uint64_t) C.int {
+	return call(func() error {
+		m, err := get[*memory.Memory](uint64(h))
+		if err != nil {
+			return err
+		}
+		b, err := hostBytes(dst, n)
+		if err != nil {
+			return err
+		}
+		return m.CopyDeviceToHost(b, memory.Ptr(src))
+	})
+}
+
+//export hmc_memory_copy_d2d
+func hmc_memory_copy_d2d(h C.uint64_t, dst, src C.uint64_t, n C.uint64_t) C.int {
+	return call(func() error {
+		m, err := get[*memory.Memory](uint64(h))
+		if err != nil {
+			return err
+		}
+		return m.CopyDeviceToDevice(memory.Ptr(dst), memory.Ptr(src), uint64(n))
+	})
+}
+
+//export hmc_memory_close
+func hmc_memory_close(h C.uint64_t) C.int {
+	return call(func() error {
+		m, err := get[*memory.Memory](uint64(h))
+		if err != nil {
+			return err
+		}
+		table.remove(uint64(h))
+		return m.Close()
+	})
+}
+
+// ---- Session (ConnBuffer + Communicator) ----
+
+//export hmc_session_create
+func hmc_session_create(deviceID C.int, bufferSize C.uint64_t, memType, numChs C.int, localIP *C.char, out *C.uint64_t) C.int {
+	return call(func() error {
+		if out == nil {
+			return fmt.Errorf("hmc: null out handle: %w", status.ErrInvalidConfig)
+		}
+		s, err := hmc.NewSession(int(deviceID), uint64(bufferSize), memory.Type(memType), int(numChs), goString(localIP))
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(table.add(s))
+		return nil
+	})
+}
+
+func goString(s *C.char) string {
+	if s == nil {
+		return ""
+	}
+	return C.GoString(s)
+}
+
+func session(h C.uint64_t) (*hmc.Session, error) { return get[*hmc.Session](uint64(h)) }
+
+//export hmc_session_destroy
+func hmc_session_destroy(h C.uint64_t) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		table.remove(uint64(h))
+		return s.Close()
+	})
+}
+
+//export hmc_session_init_server
+func hmc_session_init_server(h C.uint64_t, bindIP *C.char, dataPort, ctrlTCPPort C.int, selfID C.uint32_t, udsDir *C.char, conn C.int) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		return s.InitServer(goString(bindIP), int(dataPort), int(ctrlTCPPort), uint32(selfID), goString(udsDir), hmc.ConnType(conn))
+	})
+}
+
+//export hmc_session_data_port
+func hmc_session_data_port(h C.uint64_t) C.int {
+	s, err := session(h)
+	if err != nil {
+		setError(err.Error())
+		return -1
+	}
+	p, _ := splitPort(s.Comm().DataAddr(hmc.TCP))
+	return C.int(p)
+}
+
+//export hmc_session_ctrl_port
+func hmc_session_ctrl_port(h C.uint64_t) C.int {
+	s, err := session(h)
+	if err != nil {
+		setError(err.Error())
+		return -1
+	}
+	if a := s.Comm().CtrlAddr(); a != nil {
+		return C.int(a.Port)
+	}
+	return 0
+}
+
+//export hmc_session_connect
+func hmc_session_connect(h C.uint64_t, peerID, selfID C.uint32_t, peerIP *C.char, dataPort, ctrlTCPPort C.int, udsDir *C.char, conn, timeoutMS C.int) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		return s.Connect(ctx, uint32(peerID), uint32(selfID), goString(peerIP), int(dataPort), int(ctrlTCPPort), goString(udsDir), hmc.ConnType(conn))
+	})
+}
+
+//export hmc_session_check_conn
+func hmc_session_check_conn(h C.uint64_t, ip *C.char, port, conn C.int) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		return s.Comm().CheckConn(goString(ip), int(port), hmc.ConnType(conn))
+	})
+}
+
+//export hmc_session_disconnect
+func hmc_session_disconnect(h C.uint64_t, ip *C.char, port, conn C.int) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		return s.Disconnect(goString(ip), int(port), hmc.ConnType(conn))
+	})
+}
+
+//export hmc_session_close_server
+func hmc_session_close_server(h C.uint64_t) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		return s.CloseServer()
+	})
+}
+
+//export hmc_session_put
+func hmc_session_put(h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff, n C.uint64_t, conn, timeoutMS C.int) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		return s.PutRemote(ctx, goString(ip), int(port), uint64(localOff), uint64(remoteOff), uint64(n), hmc.ConnType(conn))
+	})
+}
+
+//export hmc_session_get
+func hmc_session_get(h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff, n C.uint64_t, conn, timeoutMS C.int) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		return s.GetRemote(ctx, goString(ip), int(port), uint64(localOff), uint64(remoteOff), uint64(n), hmc.ConnType(conn))
+	})
+}
+
+//export hmc_session_put_nb
+func hmc_session_put_nb(h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff, n C.uint64_t, conn C.int, id *C.uint64_t) C.int {
+	return postNB(true, h, ip, port, localOff, remoteOff, n, conn, id)
+}
+
+//export hmc_session_get_nb
+func hmc_session_get_nb(h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff, n C.uint64_t, conn C.int, id *C.uint64_t) C.int {
+	return postNB(false, h, ip, port, localOff, remoteOff, n, conn, id)
+}
+
+func postNB(put bool, h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff, n C.uint64_t, conn C.int, id *C.uint64_t) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		if id == nil {
+			return fmt.Errorf("hmc: null id pointer: %w", status.ErrInvalidConfig)
+		}
+		var v uint64
+		if put {
+			v, err = s.PutNB(context.Background(), goString(ip), int(port), uint64(localOff), uint64(remoteOff), uint64(n), hmc.ConnType(conn))
+		} else {
+			v, err = s.GetNB(context.Background(), goString(ip), int(port), uint64(localOff), uint64(remoteOff), uint64(n), hmc.ConnType(conn))
+		}
+		if err != nil {
+			return err
+		}
+		*id = C.uint64_t(v)
+		return nil
+	})
+}
+
+//export hmc_session_wait
+func hmc_session_wait(h C.uint64_t, ids *C.uint64_t, count C.uint64_t, timeoutMS C.int) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		if count > 0 && ids == nil {
+			return fmt.Errorf("hmc: null id array: %w", status.ErrInvalidConfig)
+		}
+		list := make([]uint64, count)
+		if count > 0 {
+			for i, v := range unsafe.Slice((*C.uint64_t)(ids), int(count)) {
+				list[i] = uint64(v)
+			}
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		return s.Wait(ctx, list...)
+	})
+}
+
+//export hmc_session_put_pipeline
+func hmc_session_put_pipeline(h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff, n, chunk C.uint64_t, maxInflight, conn, timeoutMS C.int) C.int {
+	return pipeline(true, h, ip, port, localOff, remoteOff, n, chunk, maxInflight, conn, timeoutMS)
+}
+
+//export hmc_session_get_pipeline
+func hmc_session_get_pipeline(h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff, n, chunk C.uint64_t, maxInflight, conn, timeoutMS C.int) C.int {
+	return pipeline(false, h, ip, port, localOff, remoteOff, n, chunk, maxInflight, conn, timeoutMS)
+}
+
+func pipeline(put bool, h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff, n, chunk C.uint64_t, maxInflight, conn, timeoutMS C.int) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		f := s.Comm().GetPipeline
+		if put {
+			f = s.Comm().PutPipeline
+		}
+		return f(ctx, goString(ip), int(port), uint64(localOff), uint64(remoteOff), uint64(n), uint64(chunk), int(maxInflight), hmc.ConnType(conn))
+	})
+}
+
+func streamData(p C.uint64_t, n C.uint64_t, memType, deviceID C.int) comm.Data {
+	t := memory.Type(memType)
+	if t == memory.Default {
+		t = memory.CPU
+	}
+	return comm.DeviceData(memory.Ptr(p), uint64(n), t, int(deviceID))
+}
+
+//export hmc_session_send_data
+func hmc_session_send_data(h C.uint64_t, ip *C.char, port C.int, src C.uint64_t, n C.uint64_t, memType, deviceID, conn, timeoutMS C.int) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		return s.Comm().SendDataTo(ctx, goString(ip), int(port), streamData(src, n, memType, deviceID), hmc.ConnType(conn))
+	})
+}
+
+//export hmc_session_recv_data
+func hmc_session_recv_data(h C.uint64_t, ip *C.char, port C.int, dst C.uint64_t, capacity C.uint64_t, memType, deviceID C.int, received *C.uint64_t, conn, timeoutMS C.int) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		got, err := s.Comm().RecvDataFrom(ctx, goString(ip), int(port), streamData(dst, capacity, memType, deviceID), hmc.ConnType(conn))
+		if received != nil {
+			*received = C.uint64_t(got)
+		}
+		return err
+	})
+}
+
+//export hmc_session_ctrl_send
+func hmc_session_ctrl_send(h C.uint64_t, peer C.uint32_t, tag C.uint64_t, timeoutMS C.int) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		return s.CtrlSend(ctx, uint32(peer), uint64(tag))
+	})
+}
+
+//export hmc_session_ctrl_recv
+func hmc_session_ctrl_recv(h C.uint64_t, peer C.uint32_t, tag *C.uint64_t, timeoutMS C.int) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		if tag == nil {
+			return fmt.Errorf("hmc: null tag pointer: %w", status.ErrInvalidConfig)
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		v, err := s.CtrlRecv(ctx, uint32(peer))
+		if err != nil {
+			return err
+		}
+		*tag = C.uint64_t(v)
+		return nil
+	})
+}
+
+//export hmc_session_ctrl_send_bytes
+func hmc_session_ctrl_send_bytes(h C.uint64_t, peer C.uint32_t, msgType C.uint16_t, data unsafe.Pointer, n C.uint64_t, timeoutMS C.int) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		b, err := hostBytes(data, n)
+		if err != nil {
+			return err
+		}
+		t, err := ctrlType(uint16(msgType))
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		return s.Comm().Ctrl().Send(ctx, uint32(peer), t, 0, b)
+	})
+}
+
+//export hmc_session_ctrl_recv_bytes
+func hmc_session_ctrl_recv_bytes(h C.uint64_t, peer C.uint32_t, msgType *C.uint16_t, buf unsafe.Pointer, capacity C.uint64_t, n *C.uint64_t, timeoutMS C.int) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		msg, err := s.Comm().Ctrl().Recv(ctx, uint32(peer))
+		if err != nil {
+			return err
+		}
+		if n != nil {
+			*n = C.uint64_t(len(msg.Payload))
+		}
+		if msgType != nil {
+			*msgType = C.uint16_t(msg.Type)
+		}
+		if uint64(len(msg.Payload)) > uint64(capacity) {
+			return fmt.Errorf("hmc: message of %d bytes, buffer of %d (message dropped): %w", len(msg.Payload), uint64(capacity), status.ErrInvalidConfig)
+		}
+		dst, err := hostBytes(buf, C.uint64_t(len(msg.Payload)))
+		if err != nil {
+			return err
+		}
+		copy(dst, msg.Payload)
+		return nil
+	})
+}
+
+// ---- the Session's buffer ----
+
+//export hmc_buffer_size
+func hmc_buffer_size(h C.uint64_t) C.uint64_t {
+	s, err := session(h)
+	if err != nil {
+		setError(err.Error())
+		return 0
+	}
+	return C.uint64_t(s.Buffer().Size())
+}
+
+//export hmc_buffer_ptr
+func hmc_buffer_ptr(h C.uint64_t) C.uint64_t {
+	s, err := session(h)
+	if err != nil {
+		setError(err.Error())
+		return 0
+	}
+	return C.uint64_t(s.Buffer().Ptr())
+}
+
+//export hmc_buffer_write
+func hmc_buffer_write(h C.uint64_t, src unsafe.Pointer, n, off C.uint64_t) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		b, err := hostBytes(src, n)
+		if err != nil {
+			return err
+		}
+		return s.Buffer().WriteFromCPU(b, uint64(off))
+	})
+}
+
+//export hmc_buffer_read
+func hmc_buffer_read(h C.uint64_t, dst unsafe.Pointer, n, off C.uint64_t) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		b, err := hostBytes(dst, n)
+		if err != nil {
+			return err
+		}
+		return s.Buffer().ReadToCPU(b, uint64(off))
+	})
+}
+
+//export hmc_buffer_write_gpu
+func hmc_buffer_write_gpu(h C.uint64_t, src, n, off C.uint64_t) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		return s.Buffer().WriteFromGPU(memory.Ptr(src), uint64(n), uint64(off))
+	})
+}
+
+//export hmc_buffer_read_gpu
+func hmc_buffer_read_gpu(h C.uint64_t, dst, n, off C.uint64_t) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		return s.Buffer().ReadToGPU(memory.Ptr(dst), uint64(n), uint64(off))
+	})
+}
+
+//export hmc_buffer_copy_within
+func hmc_buffer_copy_within(h C.uint64_t, dstOff, srcOff, n C.uint64_t) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		return s.CopyWithin(uint64(dstOff), uint64(srcOff), uint64(n))
+	})
+}

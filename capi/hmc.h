@@ -1,0 +1,156 @@
+/*
+ * hmc.h — the C API of HMC-Go (libhmc.so).
+ *
+ * Build:   go build -buildmode=c-shared -o libhmc.so ./capi
+ * Link:    cc app.c -I capi -L . -lhmc
+ *
+ * Conventions
+ *  - Every function returning int returns an HMC status code (hmc_status_t): 0 on success.
+ *    On failure, hmc_last_error() returns a thread-local description of the last error on the
+ *    calling thread (valid until the next failing call on that thread).
+ *  - Objects are opaque uint64_t handles; 0 is never a valid handle. Handles are not reused, so
+ *    a stale or foreign handle is reported as HMC_INVALID_CONFIG, never a crash.
+ *  - Sizes and offsets are uint64_t. Device addresses are uint64_t; host memory is void*.
+ *  - timeout_ms > 0 bounds a blocking call (HMC_TIMEOUT when it expires); <= 0 waits without a
+ *    deadline. A dead peer turns into HMC_ERROR, not a hang.
+ *  - All functions are thread-safe. No function exits or signals the process.
+ */
+#ifndef HMC_GO_H
+#define HMC_GO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes: the integers of upstream HMC's status_t. */
+typedef enum {
+	HMC_SUCCESS = 0,
+	HMC_ERROR = 1,          /* general failure: peer closed, protocol error, I/O */
+	HMC_UNSUPPORT = 2,      /* memory type, library, device or transport not available */
+	HMC_INVALID_CONFIG = 3, /* bad argument: range out of bounds, bad handle, bad address */
+	HMC_TIMEOUT = 4,
+	HMC_NOT_FOUND = 5       /* unknown peer, endpoint or operation id */
+} hmc_status_t;
+
+/* Memory types: upstream HMC's MemoryType values; HUAWEI_ASCEND_NPU is HMC-Go's 6. */
+typedef enum {
+	HMC_MEM_DEFAULT = 0, HMC_MEM_CPU = 1, HMC_MEM_NVIDIA_GPU = 2, HMC_MEM_AMD_GPU = 3,
+	HMC_MEM_CAMBRICON_MLU = 4, HMC_MEM_MOORE_GPU = 5, HMC_MEM_HUAWEI_ASCEND_NPU = 6
+} hmc_mem_type_t;
+
+/* Connection types: RDMA and UCX as upstream, then TCP, SHM (same host) and AUTO. */
+typedef enum {
+	HMC_CONN_RDMA = 0, HMC_CONN_UCX = 1, HMC_CONN_TCP = 2, HMC_CONN_SHM = 3, HMC_CONN_AUTO = 4
+} hmc_conn_type_t;
+
+/* The description of the last failure on this thread ("" if none yet). */
+const char *hmc_last_error(void);
+/* "SUCCESS", "ERROR", ... for a status code. */
+const char *hmc_status_string(int code);
+
+/* ---- Memory: device-agnostic allocation and copies ---- */
+
+/* HMC_SUCCESS if memory of mem_type can be used here, else HMC_UNSUPPORT (see last error). */
+int hmc_memory_probe(int mem_type);
+/* Opens memory of mem_type on device_id (DEFAULT: first GPU, else CPU). */
+int hmc_memory_open(int device_id, int mem_type, uint64_t *out_memory);
+/* The resolved memory type of a memory handle, or -1. */
+int hmc_memory_type(uint64_t memory);
+/* Allocates size bytes; *out_addr receives the address (host or device). */
+int hmc_memory_alloc(uint64_t memory, uint64_t size, uint64_t *out_addr);
+int hmc_memory_free(uint64_t memory, uint64_t addr);
+int hmc_memory_copy_h2d(uint64_t memory, uint64_t dst, const void *src, uint64_t n);
+int hmc_memory_copy_d2h(uint64_t memory, void *dst, uint64_t src, uint64_t n);
+int hmc_memory_copy_d2d(uint64_t memory, uint64_t dst, uint64_t src, uint64_t n);
+/* Frees every allocation still live and releases the device. */
+int hmc_memory_close(uint64_t memory);
+
+/* ---- Session: a registered buffer (ConnBuffer) and a Communicator over it ---- */
+
+/* Allocates a buffer_size-byte ConnBuffer of mem_type and a Communicator with num_chs lanes per
+ * connection (0: default). local_ip (may be NULL) picks a Unix control socket for peers on the
+ * same IP, as the Python SDK. */
+int hmc_session_create(int device_id, uint64_t buffer_size, int mem_type, int num_chs,
+                       const char *local_ip, uint64_t *out_session);
+/* Closes the Communicator and frees the buffer. */
+int hmc_session_destroy(uint64_t session);
+
+/* Control plane on bind_ip:ctrl_tcp_port (-1: none, 0: any) and on the Unix socket
+ * <uds_dir>/hmc_ctrl_rank_<self_id>.sock (uds_dir NULL or "": none); data server(s) of conn on
+ * bind_ip:data_port (0: any). Bind errors are returned. */
+int hmc_session_init_server(uint64_t session, const char *bind_ip, int data_port,
+                            int ctrl_tcp_port, uint32_t self_id, const char *uds_dir, int conn);
+/* The data (TCP) and control (TCP) ports the session listens on, 0 if none, -1 on error. */
+int hmc_session_data_port(uint64_t session);
+int hmc_session_ctrl_port(uint64_t session);
+
+/* Connects to rank peer_id at peer_ip:data_port; control over UDS in uds_dir when
+ * CTRL_TRANSPORT=uds or the peer's IP equals local_ip, else TCP to peer_ip:ctrl_tcp_port. */
+int hmc_session_connect(uint64_t session, uint32_t peer_id, uint32_t self_id, const char *peer_ip,
+                        int data_port, int ctrl_tcp_port, const char *uds_dir, int conn,
+                        int timeout_ms);
+/* HMC_SUCCESS if connected (or connectable back), HMC_NOT_FOUND otherwise. */
+int hmc_session_check_conn(uint64_t session, const char *ip, int port, int conn);
+int hmc_session_disconnect(uint64_t session, const char *ip, int port, int conn);
+/* Stops the data servers and the control plane. Never exits the process (upstream does). */
+int hmc_session_close_server(uint64_t session);
+
+/* One-sided transfers between the local buffer and the peer's: returns when the bytes are
+ * visible at the target (put) or in the local buffer (get). */
+int hmc_session_put(uint64_t session, const char *ip, int port, uint64_t local_off,
+                    uint64_t remote_off, uint64_t n, int conn, int timeout_ms);
+int hmc_session_get(uint64_t session, const char *ip, int port, uint64_t local_off,
+                    uint64_t remote_off, uint64_t n, int conn, int timeout_ms);
+/* Non-blocking forms: *out_id (never 0) is passed to hmc_session_wait, in any order. */
+int hmc_session_put_nb(uint64_t session, const char *ip, int port, uint64_t local_off,
+                       uint64_t remote_off, uint64_t n, int conn, uint64_t *out_id);
+int hmc_session_get_nb(uint64_t session, const char *ip, int port, uint64_t local_off,
+                       uint64_t remote_off, uint64_t n, int conn, uint64_t *out_id);
+/* Waits for count ids; every id is forgotten when it returns. */
+int hmc_session_wait(uint64_t session, const uint64_t *ids, uint64_t count, int timeout_ms);
+/* Chunked transfers with at most max_inflight chunks in flight (0: 4 MiB chunks, 64). */
+int hmc_session_put_pipeline(uint64_t session, const char *ip, int port, uint64_t local_off,
+                             uint64_t remote_off, uint64_t n, uint64_t chunk, int max_inflight,
+                             int conn, int timeout_ms);
+int hmc_session_get_pipeline(uint64_t session, const char *ip, int port, uint64_t local_off,
+                             uint64_t remote_off, uint64_t n, uint64_t chunk, int max_inflight,
+                             int conn, int timeout_ms);
+
+/* Streams of any size and memory type through both buffers (the peer must be in the other
+ * call). src/dst is a host pointer (mem_type CPU or DEFAULT) or a device address. The stream
+ * overwrites the buffers. recv's capacity bounds the payload; *received gets its size. */
+int hmc_session_send_data(uint64_t session, const char *ip, int port, uint64_t src, uint64_t n,
+                          int mem_type, int device_id, int conn, int timeout_ms);
+int hmc_session_recv_data(uint64_t session, const char *ip, int port, uint64_t dst,
+                          uint64_t capacity, int mem_type, int device_id, uint64_t *received,
+                          int conn, int timeout_ms);
+
+/* Control messages to and from a rank: u64 tags (upstream ctrlSend/ctrlRecv), and raw frames of
+ * type msg_type (0: CTRL_STRUCT; types from 0x100 are reserved). A receive waits for the peer
+ * to connect. recv_bytes reports the message size in *n; a message larger than capacity is
+ * dropped with HMC_INVALID_CONFIG. */
+int hmc_session_ctrl_send(uint64_t session, uint32_t peer, uint64_t tag, int timeout_ms);
+int hmc_session_ctrl_recv(uint64_t session, uint32_t peer, uint64_t *tag, int timeout_ms);
+int hmc_session_ctrl_send_bytes(uint64_t session, uint32_t peer, uint16_t msg_type,
+                                const void *data, uint64_t n, int timeout_ms);
+int hmc_session_ctrl_recv_bytes(uint64_t session, uint32_t peer, uint16_t *msg_type, void *buf,
+                                uint64_t capacity, uint64_t *n, int timeout_ms);
+
+/* ---- The session's buffer (ConnBuffer): every range is checked, HMC_INVALID_CONFIG if
+ * offset + n exceeds it, and nothing is touched ---- */
+uint64_t hmc_buffer_size(uint64_t session);
+/* The buffer's base address (host pointer for CPU buffers, device address otherwise). */
+uint64_t hmc_buffer_ptr(uint64_t session);
+int hmc_buffer_write(uint64_t session, const void *src, uint64_t n, uint64_t off);
+int hmc_buffer_read(uint64_t session, void *dst, uint64_t n, uint64_t off);
+int hmc_buffer_write_gpu(uint64_t session, uint64_t src, uint64_t n, uint64_t off);
+int hmc_buffer_read_gpu(uint64_t session, uint64_t dst, uint64_t n, uint64_t off);
+int hmc_buffer_copy_within(uint64_t session, uint64_t dst_off, uint64_t src_off, uint64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HMC_GO_H */
