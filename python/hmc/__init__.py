@@ -1,0 +1,371 @@
+"""HMC-Go's Python SDK: one-sided put/get between processes' registered buffers.
+
+The API follows upstream HMC's Python guides: ``create_session``, ``Session.init_server``,
+``connect``, ``put_remote``/``get_remote``, ``put_nb``/``get_nb``/``wait``, ``ctrl_send``/
+``ctrl_recv``, and the buffer helpers ``sess.buf.put`` / ``sess.buf.get_into``. Payloads are
+bytes-like objects, NumPy arrays and PyTorch tensors (CPU, and CUDA through their device
+pointer), copied once from the object's own memory into the buffer. Every failure raises
+``HMCStatusError`` carrying the status code and the Go error text. The GIL is released during
+every call into the library.
+"""
+
+import ctypes
+from enum import IntEnum
+
+from ._lib import LIB as _L
+
+__all__ = [
+    "Status", "MemoryType", "ConnType", "HMCError", "HMCStatusError", "IOBuffer", "Session",
+    "create_session", "memory_supported",
+]
+
+DEFAULT_TIMEOUT = 60.0
+
+
+class Status(IntEnum):
+    SUCCESS = 0
+    ERROR = 1
+    UNSUPPORT = 2
+    INVALID_CONFIG = 3
+    TIMEOUT = 4
+    NOT_FOUND = 5
+
+
+status_t = Status  # upstream's name
+
+
+class MemoryType(IntEnum):
+    DEFAULT = 0
+    CPU = 1
+    NVIDIA_GPU = 2
+    AMD_GPU = 3
+    CAMBRICON_MLU = 4
+    MOORE_GPU = 5
+    HUAWEI_ASCEND_NPU = 6
+
+
+class ConnType(IntEnum):
+    RDMA = 0
+    UCX = 1
+    TCP = 2
+    SHM = 3
+    AUTO = 4
+
+
+class HMCError(RuntimeError):
+    """Base class of the SDK's errors."""
+
+
+class HMCStatusError(HMCError):
+    """A call returned a non-success status; ``.status`` is the Status."""
+
+    def __init__(self, msg, status):
+        self.status = Status(status) if status in Status._value2member_map_ else status
+        super().__init__(f"{msg} (status={int(status)})")
+
+
+def _check(rc, what):
+    if rc != 0:
+        err = _L.hmc_last_error().decode(errors="replace")
+        raise HMCStatusError(f"{what}: {err}", rc)
+
+
+def _ms(timeout):
+    if timeout is None:
+        return 0
+    return max(1, int(timeout * 1000))
+
+
+def _b(s):
+    return s.encode() if isinstance(s, str) else s
+
+
+def memory_supported(mem_type):
+    """True if memory of mem_type can be used on this machine."""
+    return _L.hmc_memory_probe(int(mem_type)) == 0
+
+
+# ---- payloads -------------------------------------------------------------------------------
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch")
+
+
+def _is_numpy(x):
+    return type(x).__module__ == "numpy"
+
+
+def _source(data):
+    """(address, nbytes, keepalive, is_gpu) of a payload, without copying contiguous data."""
+    if _is_torch(data):
+        t = data if data.is_contiguous() else data.contiguous()
+        return t.data_ptr(), t.numel() * t.element_size(), t, bool(t.is_cuda)
+    if _is_numpy(data):
+        import numpy as np
+        a = np.ascontiguousarray(data)
+        return a.ctypes.data, a.nbytes, a, False
+    if isinstance(data, bytes):
+        return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value, len(data), data, False
+    mv = memoryview(data)
+    if not mv.c_contiguous:
+        mv = memoryview(mv.tobytes())
+    if mv.readonly:
+        b = mv.tobytes()  # ctypes cannot take the address of read-only buffers: one copy
+        return ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value, len(b), b, False
+    n = mv.nbytes
+    c = (ctypes.c_char * n).from_buffer(mv.cast("B")) if n else None
+    return (ctypes.addressof(c) if c is not None else 0), n, (mv, c), False
+
+
+def _dest(dst):
+    """(address, capacity, keepalive, is_gpu) of a writable, contiguous destination."""
+    if _is_torch(dst):
+        if not dst.is_contiguous():
+            raise ValueError("destination tensor must be contiguous")
+        return dst.data_ptr(), dst.numel() * dst.element_size(), dst, bool(dst.is_cuda)
+    if _is_numpy(dst):
+        if not dst.flags.c_contiguous:
+            raise ValueError("destination array must be C-contiguous")
+        if not dst.flags.writeable:
+            raise ValueError("destination array must be writeable")
+        return dst.ctypes.data, dst.nbytes, dst, False
+    mv = memoryview(dst)
+    if mv.readonly:
+        raise ValueError("destination buffer must be writeable")
+    if not mv.c_contiguous:
+        raise ValueError("destination buffer must be contiguous")
+    n = mv.nbytes
+    c = (ctypes.c_char * n).from_buffer(mv.cast("B")) if n else None
+    return (ctypes.addressof(c) if c is not None else 0), n, (mv, c), False
+
+
+# ---- buffer ---------------------------------------------------------------------------------
+
+class IOBuffer:
+    """The Session's registered buffer (ConnBuffer): ``put`` copies into it, ``get_into`` out."""
+
+    def __init__(self, session):
+        self._s = session
+
+    @property
+    def size(self):
+        return _L.hmc_buffer_size(self._s._h)
+
+    @property
+    def ptr(self):
+        return _L.hmc_buffer_ptr(self._s._h)
+
+    def put(self, data, offset=0, nbytes=None, device=None):
+        """Copies data into the buffer at offset; returns the number of bytes written.
+
+        ``device="ptr"`` takes ``data`` as a device address (int) and needs ``nbytes``."""
+        if device == "ptr":
+            if nbytes is None:
+                raise ValueError("nbytes is required with device='ptr'")
+            _check(_L.hmc_buffer_write_gpu(self._s._h, int(data), nbytes, offset), "buffer put")
+            return nbytes
+        addr, n, keep, gpu = _source(data)
+        if nbytes is not None:
+            if nbytes > n:
+                raise ValueError(f"nbytes {nbytes} exceeds the source's {n} bytes")
+            n = nbytes
+        if gpu or device == "cuda":
+            _check(_L.hmc_buffer_write_gpu(self._s._h, addr, n, offset), "buffer put (gpu)")
+        else:
+            _check(_L.hmc_buffer_write(self._s._h, addr, n, offset), "buffer put")
+        del keep
+        return n
+
+    def get_into(self, dst, nbytes=None, offset=0, device=None):
+        """Copies nbytes (default: all of dst) at offset out of the buffer into dst."""
+        if device == "ptr":
+            if nbytes is None:
+                raise ValueError("nbytes is required with device='ptr'")
+            _check(_L.hmc_buffer_read_gpu(self._s._h, int(dst), nbytes, offset), "buffer get")
+            return nbytes
+        addr, cap, keep, gpu = _dest(dst)
+        n = cap if nbytes is None else nbytes
+        if n > cap:
+            raise ValueError(f"nbytes {n} exceeds the destination's {cap} bytes")
+        if gpu or device == "cuda":
+            _check(_L.hmc_buffer_read_gpu(self._s._h, addr, n, offset), "buffer get (gpu)")
+        else:
+            _check(_L.hmc_buffer_read(self._s._h, addr, n, offset), "buffer get")
+        del keep
+        return n
+
+    def get(self, nbytes, offset=0):
+        """Returns nbytes at offset as a new bytearray."""
+        out = bytearray(nbytes)
+        self.get_into(out, nbytes, offset)
+        return out
+
+    def copy_within(self, dst_offset, src_offset, nbytes):
+        _check(_L.hmc_buffer_copy_within(self._s._h, dst_offset, src_offset, nbytes), "copy within")
+
+
+# ---- session --------------------------------------------------------------------------------
+
+class Session:
+    """A registered buffer and a communicator over it (upstream's Session)."""
+
+    def __init__(self, device_id=0, buffer_size=128 * 1024 * 1024, mem_type=MemoryType.CPU,
+                 num_chs=1, local_ip=""):
+        h = ctypes.c_uint64()
+        _check(_L.hmc_session_create(device_id, buffer_size, int(mem_type), num_chs,
+                                     _b(local_ip or ""), ctypes.byref(h)), "create session")
+        self._h = h.value
+        self.buf = IOBuffer(self)
+        self.local_ip = local_ip
+        self.id = None
+
+    # lifecycle
+    def init_server(self, *, bind_ip, data_port=None, ucx_port=None, rdma_port=None,
+                    ctrl_tcp_port=0, self_id=0, ctrl_uds_dir="/tmp", conn=ConnType.AUTO):
+        """Starts the control plane (TCP ctrl_tcp_port, and UDS in ctrl_uds_dir) and the data
+        server(s) on data_port (upstream's ucx_port / rdma_port are accepted as aliases)."""
+        port = next((p for p in (data_port, ucx_port, rdma_port) if p is not None), 0)
+        _check(_L.hmc_session_init_server(self._h, _b(bind_ip), port, ctrl_tcp_port, self_id,
+                                          _b(ctrl_uds_dir or ""), int(conn)), "init server")
+        self.id = self_id
+        if bind_ip and bind_ip != "0.0.0.0" and not self.local_ip:
+            self.local_ip = bind_ip
+
+    @property
+    def data_port(self):
+        return _L.hmc_session_data_port(self._h)
+
+    @property
+    def ctrl_port(self):
+        return _L.hmc_session_ctrl_port(self._h)
+
+    def connect(self, *, peer_id, self_id, peer_ip, data_port, ctrl_tcp_port=0, uds_dir=None,
+                conn=ConnType.AUTO, timeout=DEFAULT_TIMEOUT):
+        _check(_L.hmc_session_connect(self._h, peer_id, self_id, _b(peer_ip), data_port,
+                                      ctrl_tcp_port, _b(uds_dir or ""), int(conn), _ms(timeout)),
+               "connect")
+
+    def check_conn(self, ip, port, conn=ConnType.AUTO):
+        return _L.hmc_session_check_conn(self._h, _b(ip), port, int(conn)) == 0
+
+    def disconnect(self, ip, port, conn=ConnType.AUTO):
+        _check(_L.hmc_session_disconnect(self._h, _b(ip), port, int(conn)), "disconnect")
+
+    def close_server(self):
+        _check(_L.hmc_session_close_server(self._h), "close server")
+
+    def close(self):
+        if self._h:
+            _check(_L.hmc_session_destroy(self._h), "close")
+            self._h = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # one-sided transfers
+    def put_remote(self, ip, port, local_off, remote_off, nbytes, conn=ConnType.AUTO,
+                   timeout=DEFAULT_TIMEOUT):
+        _check(_L.hmc_session_put(self._h, _b(ip), port, local_off, remote_off, nbytes,
+                                  int(conn), _ms(timeout)), "put")
+
+    def get_remote(self, ip, port, local_off, remote_off, nbytes, conn=ConnType.AUTO,
+                   timeout=DEFAULT_TIMEOUT):
+        _check(_L.hmc_session_get(self._h, _b(ip), port, local_off, remote_off, nbytes,
+                                  int(conn), _ms(timeout)), "get")
+
+    def put_nb(self, ip, port, local_off, remote_off, nbytes, conn=ConnType.AUTO):
+        i = ctypes.c_uint64()
+        _check(_L.hmc_session_put_nb(self._h, _b(ip), port, local_off, remote_off, nbytes,
+                                     int(conn), ctypes.byref(i)), "put_nb")
+        return i.value
+
+    def get_nb(self, ip, port, local_off, remote_off, nbytes, conn=ConnType.AUTO):
+        i = ctypes.c_uint64()
+        _check(_L.hmc_session_get_nb(self._h, _b(ip), port, local_off, remote_off, nbytes,
+                                     int(conn), ctypes.byref(i)), "get_nb")
+        return i.value
+
+    def wait(self, ids, timeout=DEFAULT_TIMEOUT):
+        ids = [ids] if isinstance(ids, int) else list(ids)
+        arr = (ctypes.c_uint64 * len(ids))(*ids)
+        _check(_L.hmc_session_wait(self._h, arr, len(ids), _ms(timeout)), "wait")
+
+    def put_pipeline(self, ip, port, local_off, remote_off, nbytes, chunk=0, max_inflight=0,
+                     conn=ConnType.AUTO, timeout=DEFAULT_TIMEOUT):
+        _check(_L.hmc_session_put_pipeline(self._h, _b(ip), port, local_off, remote_off, nbytes,
+                                           chunk, max_inflight, int(conn), _ms(timeout)), "put pipeline")
+
+    def get_pipeline(self, ip, port, local_off, remote_off, nbytes, chunk=0, max_inflight=0,
+                     conn=ConnType.AUTO, timeout=DEFAULT_TIMEOUT):
+        _check(_L.hmc_session_get_pipeline(self._h, _b(ip), port, local_off, remote_off, nbytes,
+                                           chunk, max_inflight, int(conn), _ms(timeout)), "get pipeline")
+
+    # one call: stage + transfer
+    def put(self, ip, port, data, *, local_off=0, remote_off=0, nbytes=None, conn=ConnType.AUTO,
+            device=None, timeout=DEFAULT_TIMEOUT):
+        """Copies data into the local buffer at local_off and puts it to the peer."""
+        n = self.buf.put(data, local_off, nbytes, device)
+        self.put_remote(ip, port, local_off, remote_off, n, conn, timeout)
+        return n
+
+    def get_into(self, ip, port, dest, *, local_off=0, remote_off=0, nbytes=None,
+                 conn=ConnType.AUTO, device=None, timeout=DEFAULT_TIMEOUT):
+        """Gets the peer's bytes into the local buffer, then copies them into dest."""
+        if nbytes is None:
+            nbytes = _dest(dest)[1]
+        self.get_remote(ip, port, local_off, remote_off, nbytes, conn, timeout)
+        return self.buf.get_into(dest, nbytes, local_off, device)
+
+    def get(self, ip, port, nbytes, *, local_off=0, remote_off=0, conn=ConnType.AUTO,
+            timeout=DEFAULT_TIMEOUT):
+        out = bytearray(nbytes)
+        self.get_into(ip, port, out, local_off=local_off, remote_off=remote_off, nbytes=nbytes,
+                      conn=conn, timeout=timeout)
+        return out
+
+    # streams of any size
+    def send_data(self, ip, port, data, conn=ConnType.AUTO, timeout=DEFAULT_TIMEOUT):
+        addr, n, keep, gpu = _source(data)
+        mt = MemoryType.NVIDIA_GPU if gpu else MemoryType.CPU
+        dev = (data.device.index or 0) if gpu else 0
+        _check(_L.hmc_session_send_data(self._h, _b(ip), port, addr, n, int(mt), dev, int(conn),
+                                        _ms(timeout)), "send data")
+        del keep
+        return n
+
+    def recv_data_into(self, ip, port, dest, conn=ConnType.AUTO, timeout=DEFAULT_TIMEOUT):
+        addr, cap, keep, gpu = _dest(dest)
+        mt = MemoryType.NVIDIA_GPU if gpu else MemoryType.CPU
+        dev = (dest.device.index or 0) if gpu else 0
+        got = ctypes.c_uint64()
+        _check(_L.hmc_session_recv_data(self._h, _b(ip), port, addr, cap, int(mt), dev,
+                                        ctypes.byref(got), int(conn), _ms(timeout)), "recv data")
+        del keep
+        return got.value
+
+    # control plane
+    def ctrl_send(self, peer, tag, timeout=DEFAULT_TIMEOUT):
+        _check(_L.hmc_session_ctrl_send(self._h, peer, tag, _ms(timeout)), "ctrl send")
+
+    def ctrl_recv(self, peer, timeout=DEFAULT_TIMEOUT):
+        v = ctypes.c_uint64()
+        _check(_L.hmc_session_ctrl_recv(self._h, peer, ctypes.byref(v), _ms(timeout)), "ctrl recv")
+        return v.value
+
+    def buffer_copy_within(self, dst_offset, src_offset, nbytes):
+        self.buf.copy_within(dst_offset, src_offset, nbytes)
+
+
+def create_session(*, device_id=0, buffer_size=128 * 1024 * 1024, mem_type=MemoryType.CPU,
+                   num_chs=1, local_ip=""):
+    """Creates a Session (upstream's keyword signature and defaults)."""
+    return Session(device_id, buffer_size, mem_type, num_chs, local_ip)

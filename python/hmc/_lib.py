@@ -1,0 +1,63 @@
+"""Loading libhmc.so and declaring its functions (ctypes; the GIL is released during calls)."""
+
+import ctypes
+import os
+
+_u64, _u32, _u16, _int = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint16, ctypes.c_int
+_str, _ptr = ctypes.c_char_p, ctypes.c_void_p
+_pu64 = ctypes.POINTER(ctypes.c_uint64)
+
+# name: (argtypes, restype)
+_SIGNATURES = {
+    "hmc_last_error": ([], _str),
+    "hmc_status_string": ([_int], _str),
+    "hmc_memory_probe": ([_int], _int),
+    "hmc_session_create": ([_int, _u64, _int, _int, _str, _pu64], _int),
+    "hmc_session_destroy": ([_u64], _int),
+    "hmc_session_init_server": ([_u64, _str, _int, _int, _u32, _str, _int], _int),
+    "hmc_session_data_port": ([_u64], _int),
+    "hmc_session_ctrl_port": ([_u64], _int),
+    "hmc_session_connect": ([_u64, _u32, _u32, _str, _int, _int, _str, _int, _int], _int),
+    "hmc_session_check_conn": ([_u64, _str, _int, _int], _int),
+    "hmc_session_disconnect": ([_u64, _str, _int, _int], _int),
+    "hmc_session_close_server": ([_u64], _int),
+    "hmc_session_put": ([_u64, _str, _int, _u64, _u64, _u64, _int, _int], _int),
+    "hmc_session_get": ([_u64, _str, _int, _u64, _u64, _u64, _int, _int], _int),
+    "hmc_session_put_nb": ([_u64, _str, _int, _u64, _u64, _u64, _int, _pu64], _int),
+    "hmc_session_get_nb": ([_u64, _str, _int, _u64, _u64, _u64, _int, _pu64], _int),
+    "hmc_session_wait": ([_u64, _pu64, _u64, _int], _int),
+    "hmc_session_put_pipeline": ([_u64, _str, _int, _u64, _u64, _u64, _u64, _int, _int, _int], _int),
+    "hmc_session_get_pipeline": ([_u64, _str, _int, _u64, _u64, _u64, _u64, _int, _int, _int], _int),
+    "hmc_session_send_data": ([_u64, _str, _int, _u64, _u64, _int, _int, _int, _int], _int),
+    "hmc_session_recv_data": ([_u64, _str, _int, _u64, _u64, _int, _int, _pu64, _int, _int], _int),
+    "hmc_session_ctrl_send": ([_u64, _u32, _u64, _int], _int),
+    "hmc_session_ctrl_recv": ([_u64, _u32, _pu64, _int], _int),
+    "hmc_buffer_size": ([_u64], _u64),
+    "hmc_buffer_ptr": ([_u64], _u64),
+    "hmc_buffer_write": ([_u64, _ptr, _u64, _u64], _int),
+    "hmc_buffer_read": ([_u64, _ptr, _u64, _u64], _int),
+    "hmc_buffer_write_gpu": ([_u64, _u64, _u64, _u64], _int),
+    "hmc_buffer_read_gpu": ([_u64, _u64, _u64, _u64], _int),
+    "hmc_buffer_copy_within": ([_u64, _u64, _u64, _u64], _int),
+}
+
+
+def _find():
+    env = os.environ.get("HMC_LIBRARY")
+    if env:
+        return env
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libhmc.so")
+    if os.path.exists(here):
+        return here
+    return "libhmc.so"  # the dynamic loader's search path
+
+
+def load():
+    lib = ctypes.CDLL(_find())  # CDLL (not PyDLL): calls release the GIL
+    for name, (args, res) in _SIGNATURES.items():
+        f = getattr(lib, name)
+        f.argtypes, f.restype = args, res
+    return lib
+
+
+LIB = load()

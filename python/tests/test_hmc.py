@@ -1,0 +1,117 @@
+"""Two Python processes on loopback exchange bytes, NumPy arrays and torch tensors through HMC-Go."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import hmc
+
+sys.path.insert(0, os.path.dirname(__file__))
+from peer import CHECK, EXIT, FILL, STREAM, pattern  # noqa: E402
+
+try:
+    import torch
+except ImportError:  # the torch test says so
+    torch = None
+
+
+@pytest.fixture(params=[hmc.ConnType.TCP, hmc.ConnType.SHM, hmc.ConnType.AUTO], ids=lambda c: c.name)
+def peer(request, tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "peer.py"), str(tmp_path)],
+                         stdout=subprocess.PIPE, env=env, text=True)
+    line = p.stdout.readline().split()
+    assert line and line[0] == "READY", line
+    data_port, ctrl_port = int(line[1]), int(line[2])
+    s = hmc.create_session(buffer_size=32 << 20, num_chs=2, local_ip="127.0.0.1")
+    s.connect(peer_id=0, self_id=1, peer_ip="127.0.0.1", data_port=data_port, ctrl_tcp_port=ctrl_port,
+              uds_dir=str(tmp_path), conn=request.param)
+    s.conn, s.peer_port = request.param, data_port
+    yield s
+    try:
+        s.ctrl_send(0, EXIT)
+    finally:
+        s.close()
+        assert p.wait(timeout=30) == 0
+
+
+def ask(s, cmd, n, seed):
+    s.ctrl_send(0, cmd)
+    s.ctrl_send(0, n)
+    s.ctrl_send(0, seed)
+    return s.ctrl_recv(0) == 1
+
+
+def test_bytes_put_then_tag(peer):
+    for i, n in enumerate([1, 9, 4097, 3 << 20]):
+        data = pattern(n, i)
+        assert peer.put("127.0.0.1", peer.peer_port, data, conn=peer.conn) == n
+        assert ask(peer, CHECK, n, i), f"{n} bytes not visible at the target"
+
+
+def test_numpy_and_get_into(peer):
+    x = np.frombuffer(pattern(4096 * 4, 3), dtype=np.int32).copy()
+    peer.put("127.0.0.1", peer.peer_port, x, conn=peer.conn)
+    assert ask(peer, CHECK, x.nbytes, 3)
+    # Non-contiguous source: made contiguous, one copy.
+    nc = np.frombuffer(pattern(2 * 4096, 4), dtype=np.uint8).reshape(2, 4096)[:, ::1].T.copy().T
+    assert not nc.flags.c_contiguous
+    n = peer.buf.put(nc)
+    assert n == nc.nbytes and bytes(peer.buf.get(n)) == np.ascontiguousarray(nc).tobytes()
+    # The target fills; we get into a NumPy array.
+    assert ask(peer, FILL, 1 << 20, 5)
+    y = np.empty(1 << 18, dtype=np.float32)
+    peer.get_into("127.0.0.1", peer.peer_port, y, conn=peer.conn)
+    assert y.tobytes() == pattern(1 << 20, 5)
+    assert bytes(peer.get("127.0.0.1", peer.peer_port, 100, conn=peer.conn)) == pattern(100, 5)
+
+
+@pytest.mark.skipif(torch is None, reason="torch (python3-torch) is not installed")
+def test_torch_tensor(peer):
+    t = torch.frombuffer(bytearray(pattern(8192, 6)), dtype=torch.int32)
+    peer.put("127.0.0.1", peer.peer_port, t, conn=peer.conn)
+    assert ask(peer, CHECK, 8192, 6)
+    assert ask(peer, FILL, 8192, 7)
+    out = torch.empty(2048, dtype=torch.int32)
+    peer.get_into("127.0.0.1", peer.peer_port, out, conn=peer.conn)
+    assert out.numpy().tobytes() == pattern(8192, 7)
+    with pytest.raises(ValueError):
+        peer.buf.get_into(torch.empty(4, 4).t())  # non-contiguous destination
+
+
+def test_nb_wait_and_stream(peer):
+    data = pattern(2 << 20, 8)
+    peer.buf.put(data)
+    ids = [peer.put_nb("127.0.0.1", peer.peer_port, off, off, 1 << 19, peer.conn) for off in range(0, 2 << 20, 1 << 19)]
+    peer.wait(list(reversed(ids)))
+    assert ask(peer, CHECK, 2 << 20, 8)
+    big = pattern(40 << 20, 9)  # larger than both buffers
+    peer.ctrl_send(0, STREAM)
+    peer.ctrl_send(0, len(big))
+    peer.ctrl_send(0, 9)
+    assert peer.send_data("127.0.0.1", peer.peer_port, big, conn=peer.conn) == len(big)
+    assert peer.ctrl_recv(0) == 1
+
+
+def test_errors(peer):
+    with pytest.raises(hmc.HMCStatusError) as e:
+        peer.buf.put(b"x" * 100, offset=(32 << 20) - 10)  # buffer overflow
+    assert e.value.status == hmc.Status.INVALID_CONFIG
+    with pytest.raises(ValueError):
+        peer.buf.get_into(b"read-only")
+    a = np.zeros(10)
+    a.flags.writeable = False
+    with pytest.raises(ValueError):
+        peer.buf.get_into(a)
+    with pytest.raises(hmc.HMCStatusError) as e:
+        peer.put_remote("127.0.0.1", 1, 0, 0, 8, peer.conn)  # not connected
+    assert e.value.status == hmc.Status.NOT_FOUND
+    with pytest.raises(hmc.HMCStatusError) as e:
+        peer.wait(424242)
+    assert e.value.status == hmc.Status.NOT_FOUND
+    with pytest.raises(hmc.HMCStatusError) as e:
+        peer.put_remote("127.0.0.1", peer.peer_port, 0, 0, 8, hmc.ConnType.UCX)
+    assert e.value.status == hmc.Status.UNSUPPORT
+    assert not hmc.memory_supported(hmc.MemoryType.MOORE_GPU)
