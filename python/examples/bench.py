@@ -1,0 +1,77 @@
+"""Puts NumPy arrays from Python and reports GB/s next to `hmc bench` of the same sizes and
+transport, measured in the same run.
+
+    python3 python/examples/bench.py [--transport auto|tcp|shm] [--sizes 4,16,64] [--iters 50]
+
+Sizes are MiB. "stage+put" is sess.put(array) (copy into the buffer, then the one-sided put);
+"put" is put_remote of the already-staged bytes, the same operation `hmc bench` times.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import hmc  # noqa: E402
+
+
+def serve(uds_dir):
+    s = hmc.create_session(buffer_size=int(sys.argv[3]), local_ip="127.0.0.1")
+    s.init_server(bind_ip="127.0.0.1", data_port=0, ctrl_tcp_port=0, self_id=0, ctrl_uds_dir=uds_dir)
+    print("READY", s.data_port, s.ctrl_port, flush=True)
+    s.ctrl_recv(1, timeout=None)
+    s.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--transport", default="auto")
+    ap.add_argument("--sizes", default="4,16,64")
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--hmc", default=None, help="path of the hmc binary (default: go run ./cmd/hmc)")
+    a = ap.parse_args()
+    conn = hmc.ConnType[a.transport.upper()]
+    sizes = [int(x) << 20 for x in a.sizes.split(",")]
+    buf = max(sizes)
+    peer = subprocess.Popen([sys.executable, __file__, "serve", "/tmp", str(buf)], stdout=subprocess.PIPE, text=True)
+    _, dport, cport = peer.stdout.readline().split()
+    s = hmc.create_session(buffer_size=buf, num_chs=2, local_ip="127.0.0.1")
+    s.connect(peer_id=0, self_id=1, peer_ip="127.0.0.1", data_port=int(dport), ctrl_tcp_port=int(cport),
+              uds_dir="/tmp", conn=conn)
+    rows = []
+    for n in sizes:
+        x = np.random.default_rng(0).integers(0, 255, n, dtype=np.uint8)
+        s.put("127.0.0.1", int(dport), x, conn=conn)  # warm-up
+        t0 = time.perf_counter()
+        for _ in range(a.iters):
+            s.put("127.0.0.1", int(dport), x, conn=conn)
+        staged = n * a.iters / (time.perf_counter() - t0) / 1e9
+        t0 = time.perf_counter()
+        for _ in range(a.iters):
+            s.put_remote("127.0.0.1", int(dport), 0, 0, n, conn)
+        put = n * a.iters / (time.perf_counter() - t0) / 1e9
+        rows.append((n, staged, put))
+    s.ctrl_send(0, 9)
+    s.close()
+    peer.wait(timeout=30)
+    cmd = [a.hmc] if a.hmc else ["go", "run", "./cmd/hmc"]
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    out = subprocess.run(cmd + ["bench", "--quiet", "--json", "--transport", a.transport, "--iters", str(a.iters),
+                                "--sizes", ",".join(f"{n >> 20}MiB" for n in sizes)],
+                         cwd=root, capture_output=True, text=True, check=True).stdout
+    go = {r["size"]: r for r in map(json.loads, out.splitlines())}
+    print(f"{'size':>8} {'py stage+put GB/s':>18} {'py put GB/s':>12} {'hmc bench GB/s':>15} {'py put / go':>12}  route")
+    for n, staged, put in rows:
+        g = go[n]
+        print(f"{n >> 20:>6}Mi {staged:>18.2f} {put:>12.2f} {g['gbps']:>15.2f} {put / g['gbps']:>12.2f}  {g['route']}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "serve":
+        serve(sys.argv[2])
+    else:
+        main()
