@@ -21,6 +21,7 @@ import "C"
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -649,4 +650,67 @@ func hmc_buffer_copy_within(h C.uint64_t, dstOff, srcOff, n C.uint64_t) C.int {
 		}
 		return s.CopyWithin(uint64(dstOff), uint64(srcOff), uint64(n))
 	})
+}
+
+// deviceMemories caches one Memory per (type, device) for copies between device memory and a
+// host ConnBuffer; they live as long as the process.
+var deviceMemories sync.Map
+
+func deviceMemory(t memory.Type, dev int) (*memory.Memory, error) {
+	key := [2]int{int(t), dev}
+	if m, ok := deviceMemories.Load(key); ok {
+		return m.(*memory.Memory), nil
+	}
+	m, err := memory.New(dev, t)
+	if err != nil {
+		return nil, err
+	}
+	if prev, loaded := deviceMemories.LoadOrStore(key, m); loaded {
+		_ = m.Close() // another thread won; it allocated nothing
+		return prev.(*memory.Memory), nil
+	}
+	return m, nil
+}
+
+// deviceCopy copies n bytes between device address p (memory type mt on device dev) and the
+// session's buffer at off: device to device when the buffer lives on that device, through the
+// host when the buffer is host memory (HMC's g2h2g).
+func deviceCopy(h C.uint64_t, p, n, off C.uint64_t, mt, dev C.int, write bool) error {
+	s, err := session(h)
+	if err != nil {
+		return err
+	}
+	buf, t := s.Buffer(), memory.Type(mt)
+	switch {
+	case t == buf.Type() && int(dev) == buf.DeviceID():
+		if write {
+			return buf.WriteFromGPU(memory.Ptr(p), uint64(n), uint64(off))
+		}
+		return buf.ReadToGPU(memory.Ptr(p), uint64(n), uint64(off))
+	case buf.Type() == memory.CPU && t.IsDevice():
+		m, err := deviceMemory(t, int(dev))
+		if err != nil {
+			return err
+		}
+		host, err := buf.Slice(uint64(off), uint64(n))
+		if err != nil {
+			return err
+		}
+		if write {
+			return m.CopyDeviceToHost(host, memory.Ptr(p))
+		}
+		return m.CopyHostToDevice(memory.Ptr(p), host)
+	}
+	return fmt.Errorf("hmc: copy between %v memory on device %d and a %v buffer on device %d: %w",
+		t, int(dev), buf.Type(), buf.DeviceID(), status.ErrUnsupported)
+}
+
+//export hmc_buffer_write_device
+func hmc_buffer_write_device(h C.uint64_t, src, n, off C.uint64_t, memType, deviceID C.int) C.int {
+	return call(func() error { return deviceCopy(h, src, n, off, memType, deviceID, true) })
+}
+
+//export hmc_buffer_read_device
+func hmc_buffer_read_device(h C.uint64_t, dst, n, off C.uint64_t, memType, deviceID C.int) C.int {
+	return call(func() error { return deviceCopy(h, dst, n, off, memType, deviceID, false) })
 }

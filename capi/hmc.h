@@ -148,6 +148,12 @@ int hmc_buffer_write(uint64_t session, const void *src, uint64_t n, uint64_t off
 int hmc_buffer_read(uint64_t session, void *dst, uint64_t n, uint64_t off);
 int hmc_buffer_write_gpu(uint64_t session, uint64_t src, uint64_t n, uint64_t off);
 int hmc_buffer_read_gpu(uint64_t session, uint64_t dst, uint64_t n, uint64_t off);
+/* Copies between device memory (mem_type on device_id) and the buffer: device to device when the
+ * buffer lives on that device, else staged through the host buffer (g2h2g). */
+int hmc_buffer_write_device(uint64_t session, uint64_t src, uint64_t n, uint64_t off, int mem_type,
+                            int device_id);
+int hmc_buffer_read_device(uint64_t session, uint64_t dst, uint64_t n, uint64_t off, int mem_type,
+                           int device_id);
 int hmc_buffer_copy_within(uint64_t session, uint64_t dst_off, uint64_t src_off, uint64_t n);
 
 #ifdef __cplusplus

@@ -95,6 +95,13 @@ def _is_numpy(x):
     return type(x).__module__ == "numpy"
 
 
+def _torch_device(t):
+    """(MemoryType, device index) of a GPU tensor."""
+    import torch
+    mt = MemoryType.AMD_GPU if getattr(torch.version, "hip", None) else MemoryType.NVIDIA_GPU
+    return mt, (t.device.index or 0)
+
+
 def _source(data):
     """(address, nbytes, keepalive, is_gpu) of a payload, without copying contiguous data."""
     if _is_torch(data):
@@ -158,7 +165,9 @@ class IOBuffer:
     def put(self, data, offset=0, nbytes=None, device=None):
         """Copies data into the buffer at offset; returns the number of bytes written.
 
-        ``device="ptr"`` takes ``data`` as a device address (int) and needs ``nbytes``."""
+        A CUDA (or ROCm) tensor is copied from its device memory: device to device into a GPU
+        buffer, device to host into a CPU buffer. ``device="ptr"`` takes ``data`` as an address
+        in the buffer's own device memory (int) and needs ``nbytes``."""
         if device == "ptr":
             if nbytes is None:
                 raise ValueError("nbytes is required with device='ptr'")
@@ -169,8 +178,9 @@ class IOBuffer:
             if nbytes > n:
                 raise ValueError(f"nbytes {nbytes} exceeds the source's {n} bytes")
             n = nbytes
-        if gpu or device == "cuda":
-            _check(_L.hmc_buffer_write_gpu(self._s._h, addr, n, offset), "buffer put (gpu)")
+        if gpu:
+            mt, dev = _torch_device(keep)
+            _check(_L.hmc_buffer_write_device(self._s._h, addr, n, offset, int(mt), dev), "buffer put (gpu)")
         else:
             _check(_L.hmc_buffer_write(self._s._h, addr, n, offset), "buffer put")
         del keep
@@ -187,8 +197,9 @@ class IOBuffer:
         n = cap if nbytes is None else nbytes
         if n > cap:
             raise ValueError(f"nbytes {n} exceeds the destination's {cap} bytes")
-        if gpu or device == "cuda":
-            _check(_L.hmc_buffer_read_gpu(self._s._h, addr, n, offset), "buffer get (gpu)")
+        if gpu:
+            mt, dev = _torch_device(keep)
+            _check(_L.hmc_buffer_read_device(self._s._h, addr, n, offset, int(mt), dev), "buffer get (gpu)")
         else:
             _check(_L.hmc_buffer_read(self._s._h, addr, n, offset), "buffer get")
         del keep
@@ -335,8 +346,7 @@ class Session:
     # streams of any size
     def send_data(self, ip, port, data, conn=ConnType.AUTO, timeout=DEFAULT_TIMEOUT):
         addr, n, keep, gpu = _source(data)
-        mt = MemoryType.NVIDIA_GPU if gpu else MemoryType.CPU
-        dev = (data.device.index or 0) if gpu else 0
+        mt, dev = _torch_device(keep) if gpu else (MemoryType.CPU, 0)
         _check(_L.hmc_session_send_data(self._h, _b(ip), port, addr, n, int(mt), dev, int(conn),
                                         _ms(timeout)), "send data")
         del keep
@@ -344,8 +354,7 @@ class Session:
 
     def recv_data_into(self, ip, port, dest, conn=ConnType.AUTO, timeout=DEFAULT_TIMEOUT):
         addr, cap, keep, gpu = _dest(dest)
-        mt = MemoryType.NVIDIA_GPU if gpu else MemoryType.CPU
-        dev = (dest.device.index or 0) if gpu else 0
+        mt, dev = _torch_device(keep) if gpu else (MemoryType.CPU, 0)
         got = ctypes.c_uint64()
         _check(_L.hmc_session_recv_data(self._h, _b(ip), port, addr, cap, int(mt), dev,
                                         ctypes.byref(got), int(conn), _ms(timeout)), "recv data")

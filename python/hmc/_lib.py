@@ -38,6 +38,8 @@ _SIGNATURES = {
     "hmc_buffer_read": ([_u64, _ptr, _u64, _u64], _int),
     "hmc_buffer_write_gpu": ([_u64, _u64, _u64, _u64], _int),
     "hmc_buffer_read_gpu": ([_u64, _u64, _u64, _u64], _int),
+    "hmc_buffer_write_device": ([_u64, _u64, _u64, _u64, _int, _int], _int),
+    "hmc_buffer_read_device": ([_u64, _u64, _u64, _u64, _int, _int], _int),
     "hmc_buffer_copy_within": ([_u64, _u64, _u64, _u64], _int),
 }
 

@@ -138,6 +138,8 @@ extern int hmc_buffer_read(uint64_t h, void* dst, uint64_t n, uint64_t off);
 extern int hmc_buffer_write_gpu(uint64_t h, uint64_t src, uint64_t n, uint64_t off);
 extern int hmc_buffer_read_gpu(uint64_t h, uint64_t dst, uint64_t n, uint64_t off);
 extern int hmc_buffer_copy_within(uint64_t h, uint64_t dstOff, uint64_t srcOff, uint64_t n);
+extern int hmc_buffer_write_device(uint64_t h, uint64_t src, uint64_t n, uint64_t off, int memType, int deviceID);
+extern int hmc_buffer_read_device(uint64_t h, uint64_t dst, uint64_t n, uint64_t off, int memType, int deviceID);
 
 #ifdef __cplusplus
 }

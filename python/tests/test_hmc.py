@@ -115,3 +115,43 @@ def test_errors(peer):
         peer.put_remote("127.0.0.1", peer.peer_port, 0, 0, 8, hmc.ConnType.UCX)
     assert e.value.status == hmc.Status.UNSUPPORT
     assert not hmc.memory_supported(hmc.MemoryType.MOORE_GPU)
+
+
+cuda = pytest.mark.skipif(torch is None or not torch.cuda.is_available(), reason="no CUDA device (torch.cuda.is_available() is False)")
+
+
+@cuda
+def test_cuda_tensors_through_a_host_buffer(peer):
+    """CUDA tensors go through their device pointer: D2H into the host buffer, then the put."""
+    src = torch.frombuffer(bytearray(pattern(1 << 20, 21)), dtype=torch.uint8).cuda()
+    peer.put("127.0.0.1", peer.peer_port, src, conn=peer.conn)
+    assert ask(peer, CHECK, 1 << 20, 21)
+    assert ask(peer, FILL, 1 << 20, 22)
+    out = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+    peer.get_into("127.0.0.1", peer.peer_port, out, conn=peer.conn)
+    assert out.cpu().numpy().tobytes() == pattern(1 << 20, 22)
+    big = torch.frombuffer(bytearray(pattern(40 << 20, 23)), dtype=torch.uint8).cuda()
+    peer.ctrl_send(0, STREAM)
+    peer.ctrl_send(0, 40 << 20)
+    peer.ctrl_send(0, 23)
+    peer.send_data("127.0.0.1", peer.peer_port, big, conn=peer.conn)
+    assert peer.ctrl_recv(0) == 1
+
+
+@cuda
+def test_gpu_buffer_device_to_device():
+    s = hmc.create_session(buffer_size=8 << 20, mem_type=hmc.MemoryType.NVIDIA_GPU)
+    try:
+        assert s.buf.size == 8 << 20
+        t = torch.arange(1 << 16, dtype=torch.int32, device="cuda")
+        n = s.buf.put(t, offset=4096)
+        out = torch.empty_like(t)
+        s.buf.get_into(out, offset=4096)
+        assert torch.equal(out, t)
+        host = np.arange(1000, dtype=np.int64)
+        s.buf.put(host, offset=n + 8192)
+        back = np.empty_like(host)
+        s.buf.get_into(back, offset=n + 8192)
+        assert (back == host).all()
+    finally:
+        s.close()
