@@ -26,6 +26,7 @@ import (
 	"unsafe"
 
 	hmc "github.com/hmc-go/hmc"
+	"github.com/hmc-go/hmc/collective"
 	"github.com/hmc-go/hmc/comm"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
@@ -713,4 +714,66 @@ func hmc_buffer_write_device(h C.uint64_t, src, n, off C.uint64_t, memType, devi
 //export hmc_buffer_read_device
 func hmc_buffer_read_device(h C.uint64_t, dst, n, off C.uint64_t, memType, deviceID C.int) C.int {
 	return call(func() error { return deviceCopy(h, dst, n, off, memType, deviceID, false) })
+}
+
+// ---- collectives ----
+
+//export hmc_group_create
+func hmc_group_create(h C.uint64_t, n C.int, ips **C.char, dataPorts, ctrlPorts *C.int, rank C.uint32_t, conn, timeoutMS C.int, out *C.uint64_t) C.int {
+	return call(func() error {
+		s, err := session(h)
+		if err != nil {
+			return err
+		}
+		if n <= 0 || ips == nil || dataPorts == nil || ctrlPorts == nil || out == nil {
+			return fmt.Errorf("hmc: group of %d with null arrays: %w", int(n), status.ErrInvalidConfig)
+		}
+		ipv := unsafe.Slice(ips, int(n))
+		dpv := unsafe.Slice(dataPorts, int(n))
+		cpv := unsafe.Slice(ctrlPorts, int(n))
+		members := make([]collective.Member, n)
+		for i := range members {
+			members[i] = collective.Member{Rank: uint32(i), IP: goString(ipv[i]), DataPort: int(dpv[i]), CtrlPort: int(cpv[i])}
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		g, err := collective.New(ctx, s.Comm(), members, uint32(rank), hmc.ConnType(conn))
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(table.add(g))
+		return nil
+	})
+}
+
+//export hmc_group_alltoall
+func hmc_group_alltoall(g C.uint64_t, algo C.int, sendOff, recvOff, scratchOff, block C.uint64_t, timeoutMS C.int) C.int {
+	return call(func() error {
+		grp, err := get[*collective.Group](uint64(g))
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		return grp.AllToAll(ctx, collective.Algo(algo), uint64(sendOff), uint64(recvOff), uint64(scratchOff), uint64(block))
+	})
+}
+
+//export hmc_group_scratch_size
+func hmc_group_scratch_size(world C.int, block C.uint64_t) C.uint64_t {
+	if world < 1 {
+		return 0
+	}
+	return C.uint64_t(collective.ScratchSize(int(world), uint64(block)))
+}
+
+//export hmc_group_destroy
+func hmc_group_destroy(g C.uint64_t) C.int {
+	return call(func() error {
+		if _, err := get[*collective.Group](uint64(g)); err != nil {
+			return err
+		}
+		table.remove(uint64(g))
+		return nil
+	})
 }

@@ -156,6 +156,22 @@ int hmc_buffer_read_device(uint64_t session, uint64_t dst, uint64_t n, uint64_t 
                            int device_id);
 int hmc_buffer_copy_within(uint64_t session, uint64_t dst_off, uint64_t src_off, uint64_t n);
 
+/* ---- Collectives ---- */
+
+/* Makes a group of n members (ranks 0..n-1; ips/data_ports/ctrl_ports indexed by rank) in which
+ * this session has rank; the session must already serve at its own entry. Returns when every
+ * member is connected. */
+int hmc_group_create(uint64_t session, int n, const char **ips, const int *data_ports,
+                     const int *ctrl_ports, uint32_t rank, int conn, int timeout_ms,
+                     uint64_t *out_group);
+/* All-to-all of block-byte blocks: rank r's block j (send_off + j*block) lands in rank j's
+ * buffer at recv_off + r*block. algo: 0 auto (direct up to 8 members, else ring), 1 direct,
+ * 2 ring (needs hmc_group_scratch_size bytes at scratch_off in every buffer). */
+int hmc_group_alltoall(uint64_t group, int algo, uint64_t send_off, uint64_t recv_off,
+                       uint64_t scratch_off, uint64_t block, int timeout_ms);
+uint64_t hmc_group_scratch_size(int world, uint64_t block);
+int hmc_group_destroy(uint64_t group);
+
 #ifdef __cplusplus
 }
 #endif

@@ -140,6 +140,10 @@ extern int hmc_buffer_read_gpu(uint64_t h, uint64_t dst, uint64_t n, uint64_t of
 extern int hmc_buffer_copy_within(uint64_t h, uint64_t dstOff, uint64_t srcOff, uint64_t n);
 extern int hmc_buffer_write_device(uint64_t h, uint64_t src, uint64_t n, uint64_t off, int memType, int deviceID);
 extern int hmc_buffer_read_device(uint64_t h, uint64_t dst, uint64_t n, uint64_t off, int memType, int deviceID);
+extern int hmc_group_create(uint64_t h, int n, char** ips, int* dataPorts, int* ctrlPorts, uint32_t rank, int conn, int timeoutMS, uint64_t* out);
+extern int hmc_group_alltoall(uint64_t g, int algo, uint64_t sendOff, uint64_t recvOff, uint64_t scratchOff, uint64_t block, int timeoutMS);
+extern uint64_t hmc_group_scratch_size(int world, uint64_t block);
+extern int hmc_group_destroy(uint64_t g);
 
 #ifdef __cplusplus
 }
