@@ -156,6 +156,40 @@ int hmc_buffer_read_device(uint64_t session, uint64_t dst, uint64_t n, uint64_t 
                            int device_id);
 int hmc_buffer_copy_within(uint64_t session, uint64_t dst_off, uint64_t src_off, uint64_t n);
 
+/* ---- ConnBuffer on its own: a registered buffer addressed by offset ---- */
+int hmc_conn_buffer_create(int device_id, uint64_t size, int mem_type, uint64_t *out_buffer);
+int hmc_conn_buffer_destroy(uint64_t buffer);
+/* Any of the out pointers may be NULL. */
+int hmc_conn_buffer_info(uint64_t buffer, uint64_t *size, uint64_t *ptr, int *mem_type);
+int hmc_conn_buffer_write_cpu(uint64_t buffer, const void *src, uint64_t n, uint64_t off);
+int hmc_conn_buffer_read_cpu(uint64_t buffer, void *dst, uint64_t n, uint64_t off);
+/* Device addresses on the buffer's own device; HMC_INVALID_CONFIG on a CPU buffer (as upstream). */
+int hmc_conn_buffer_write_gpu(uint64_t buffer, uint64_t src, uint64_t n, uint64_t off);
+int hmc_conn_buffer_read_gpu(uint64_t buffer, uint64_t dst, uint64_t n, uint64_t off);
+int hmc_conn_buffer_copy_within(uint64_t buffer, uint64_t dst_off, uint64_t src_off, uint64_t n);
+
+/* ---- The control plane on its own (upstream CtrlSocketManager; no singleton: one per handle).
+ * Frames are HMC's 8-byte little-endian CtrlMsgHeader; a connection starts with a HELLO
+ * carrying the dialer's rank. ---- */
+int hmc_ctrl_create(uint64_t *out_ctrl);
+/* TCP on bind_ip:tcp_port (-1: none, 0: any) and/or a Unix socket at uds_path (NULL: none). */
+int hmc_ctrl_listen(uint64_t ctrl, const char *bind_ip, int tcp_port, const char *uds_path);
+int hmc_ctrl_tcp_port(uint64_t ctrl);
+int hmc_ctrl_connect_tcp(uint64_t ctrl, uint32_t peer_id, const char *ip, int port, uint32_t self_id,
+                         int timeout_ms);
+int hmc_ctrl_connect_uds(uint64_t ctrl, uint32_t peer_id, const char *path, uint32_t self_id,
+                         int timeout_ms);
+int hmc_ctrl_send_u64(uint64_t ctrl, uint32_t peer, uint64_t v, int timeout_ms);
+int hmc_ctrl_recv_u64(uint64_t ctrl, uint32_t peer, uint64_t *v, int timeout_ms);
+int hmc_ctrl_send_int(uint64_t ctrl, uint32_t peer, int32_t v, int timeout_ms);
+int hmc_ctrl_recv_int(uint64_t ctrl, uint32_t peer, int32_t *v, int timeout_ms);
+/* A POD struct as CTRL_STRUCT; the receive requires exactly n bytes (HMC_ERROR otherwise). */
+int hmc_ctrl_send_struct(uint64_t ctrl, uint32_t peer, const void *data, uint64_t n, int timeout_ms);
+int hmc_ctrl_recv_struct(uint64_t ctrl, uint32_t peer, void *data, uint64_t n, int timeout_ms);
+int hmc_ctrl_close_peer(uint64_t ctrl, uint32_t peer);
+int hmc_ctrl_close_all(uint64_t ctrl);
+int hmc_ctrl_destroy(uint64_t ctrl);
+
 /* ---- Collectives ---- */
 
 /* Makes a group of n members (ranks 0..n-1; ips/data_ports/ctrl_ports indexed by rank) in which

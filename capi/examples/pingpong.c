@@ -108,6 +108,42 @@ static int client(int data_port, int ctrl_port) {
 	CHECK(hmc_memory_free(m, a));
 	EXPECT(hmc_memory_free(m, a), HMC_INVALID_CONFIG);
 	CHECK(hmc_memory_close(m));
+	/* A ConnBuffer on its own. */
+	uint64_t cb, cbsize;
+	int cbtype;
+	CHECK(hmc_conn_buffer_create(0, 4096, HMC_MEM_CPU, &cb));
+	CHECK(hmc_conn_buffer_info(cb, &cbsize, NULL, &cbtype));
+	if (cbsize != 4096 || cbtype != HMC_MEM_CPU) { fprintf(stderr, "client: conn buffer info\n"); return 1; }
+	CHECK(hmc_conn_buffer_write_cpu(cb, "0123456789", 10, 100));
+	CHECK(hmc_conn_buffer_copy_within(cb, 102, 100, 10)); /* overlapping: memmove */
+	char cbuf[12];
+	CHECK(hmc_conn_buffer_read_cpu(cb, cbuf, 12, 100));
+	if (memcmp(cbuf, "010123456789", 12) != 0) { fprintf(stderr, "client: copy within\n"); return 1; }
+	EXPECT(hmc_conn_buffer_write_cpu(cb, cbuf, 12, 4090), HMC_INVALID_CONFIG);
+	EXPECT(hmc_conn_buffer_write_gpu(cb, 0x1000, 4, 0), HMC_INVALID_CONFIG);
+	CHECK(hmc_conn_buffer_destroy(cb));
+	/* Two control planes in one process (no singleton): rank 5 listens, rank 6 dials. */
+	uint64_t ca, cb2;
+	CHECK(hmc_ctrl_create(&ca));
+	CHECK(hmc_ctrl_create(&cb2));
+	CHECK(hmc_ctrl_listen(ca, "127.0.0.1", 0, NULL));
+	CHECK(hmc_ctrl_connect_tcp(cb2, 5, "127.0.0.1", hmc_ctrl_tcp_port(ca), 6, T));
+	struct { int32_t x, y; uint64_t z; } pt = {1, -2, 3}, pt2;
+	CHECK(hmc_ctrl_send_int(cb2, 5, -42, T));
+	CHECK(hmc_ctrl_send_struct(cb2, 5, &pt, sizeof pt, T));
+	int32_t iv;
+	CHECK(hmc_ctrl_recv_int(ca, 6, &iv, T));
+	CHECK(hmc_ctrl_recv_struct(ca, 6, &pt2, sizeof pt2, T));
+	if (iv != -42 || pt2.x != 1 || pt2.y != -2 || pt2.z != 3) { fprintf(stderr, "client: ctrl plane\n"); return 1; }
+	CHECK(hmc_ctrl_send_u64(ca, 6, 77, T));
+	uint64_t u;
+	CHECK(hmc_ctrl_recv_u64(cb2, 5, &u, T));
+	if (u != 77) { fprintf(stderr, "client: ctrl u64\n"); return 1; }
+	EXPECT(hmc_ctrl_recv_u64(ca, 6, &u, 50), HMC_TIMEOUT);
+	CHECK(hmc_ctrl_close_all(ca));
+	CHECK(hmc_ctrl_destroy(cb2));
+	CHECK(hmc_ctrl_destroy(ca));
+	EXPECT(hmc_ctrl_destroy(ca), HMC_INVALID_CONFIG);
 	free(src);
 	free(local);
 	CHECK(hmc_session_destroy(s));
