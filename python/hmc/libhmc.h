@@ -38,6 +38,12 @@ static const char *hmc_get_error(void) { return hmc_err; }
 
 #line 1 "cgo-generated-wrapper"
 
+#line 5 "standalone.go"
+
+#include <stdint.h>
+
+#line 1 "cgo-generated-wrapper"
+
 
 /* End of preamble from import "C" comments.  */
 
@@ -144,6 +150,28 @@ extern int hmc_group_create(uint64_t h, int n, char** ips, int* dataPorts, int* 
 extern int hmc_group_alltoall(uint64_t g, int algo, uint64_t sendOff, uint64_t recvOff, uint64_t scratchOff, uint64_t block, int timeoutMS);
 extern uint64_t hmc_group_scratch_size(int world, uint64_t block);
 extern int hmc_group_destroy(uint64_t g);
+extern int hmc_conn_buffer_create(int deviceID, uint64_t size, int memType, uint64_t* out);
+extern int hmc_conn_buffer_destroy(uint64_t h);
+extern int hmc_conn_buffer_info(uint64_t h, uint64_t* size, uint64_t* ptr, int* memType);
+extern int hmc_conn_buffer_write_cpu(uint64_t h, void* src, uint64_t n, uint64_t off);
+extern int hmc_conn_buffer_read_cpu(uint64_t h, void* dst, uint64_t n, uint64_t off);
+extern int hmc_conn_buffer_write_gpu(uint64_t h, uint64_t src, uint64_t n, uint64_t off);
+extern int hmc_conn_buffer_read_gpu(uint64_t h, uint64_t dst, uint64_t n, uint64_t off);
+extern int hmc_conn_buffer_copy_within(uint64_t h, uint64_t dstOff, uint64_t srcOff, uint64_t n);
+extern int hmc_ctrl_create(uint64_t* out);
+extern int hmc_ctrl_listen(uint64_t h, char* bindIP, int tcpPort, char* udsPath);
+extern int hmc_ctrl_tcp_port(uint64_t h);
+extern int hmc_ctrl_connect_tcp(uint64_t h, uint32_t peerID, char* ip, int port, uint32_t selfID, int timeoutMS);
+extern int hmc_ctrl_connect_uds(uint64_t h, uint32_t peerID, char* path, uint32_t selfID, int timeoutMS);
+extern int hmc_ctrl_send_u64(uint64_t h, uint32_t peer, uint64_t v, int timeoutMS);
+extern int hmc_ctrl_recv_u64(uint64_t h, uint32_t peer, uint64_t* v, int timeoutMS);
+extern int hmc_ctrl_send_int(uint64_t h, uint32_t peer, int32_t v, int timeoutMS);
+extern int hmc_ctrl_recv_int(uint64_t h, uint32_t peer, int32_t* v, int timeoutMS);
+extern int hmc_ctrl_send_struct(uint64_t h, uint32_t peer, void* data, uint64_t n, int timeoutMS);
+extern int hmc_ctrl_recv_struct(uint64_t h, uint32_t peer, void* data, uint64_t n, int timeoutMS);
+extern int hmc_ctrl_close_peer(uint64_t h, uint32_t peer);
+extern int hmc_ctrl_close_all(uint64_t h);
+extern int hmc_ctrl_destroy(uint64_t h);
 
 #ifdef __cplusplus
 }

@@ -203,43 +203,60 @@ func (ep *endpoint) copyOp(ctx context.Context, put bool, localOff, remoteOff, n
 	return transport.NewOp(0), nil
 }
 
-// copy copies src to dst, splitting large copies across goroutines.
+// copy copies src to dst, splitting large copies across goroutines. The caller copies pieces
+// from a shared cursor and helpers join when the scheduler starts them: a helper that starts
+// late finds little or nothing left, so a slow wake-up (tens of µs on a VM) never delays the copy
+// beyond the piece it is working on, and the caller waits only for pieces already claimed.
 func (ep *endpoint) copy(dst, src []byte) {
 	n := uint64(len(src))
 	workers := ep.cfg.Workers
 	if workers == 0 {
 		workers = min(runtime.GOMAXPROCS(0), 8)
 	}
+	big := n > ep.cfg.HugeCopy/2 // far beyond the caches: Go's non-temporal copy wins
 	if n < ep.cfg.ParallelThreshold || workers <= 1 {
-		pieceCopy(dst, src, ep.cfg.PieceSize, ep.cfg.HugeCopy)
+		pieceCopy(dst, src, ep.cfg.PieceSize, big)
 		return
 	}
-	share := (n + uint64(workers) - 1) / uint64(workers)
-	share = (share + 4095) &^ 4095 // page-aligned shares
-	var wg sync.WaitGroup
-	for off := share; off < n; off += share {
-		end := min(off+share, n)
-		wg.Go(func() { pieceCopy(dst[off:end], src[off:end], ep.cfg.PieceSize, ep.cfg.HugeCopy) })
+	piece := max(ep.cfg.PieceSize, (n/uint64(workers*4)+4095)&^4095)
+	var next, left atomic.Int64
+	left.Store(int64(n))
+	work := func() {
+		for {
+			off := uint64(next.Add(int64(piece))) - piece
+			if off >= n {
+				return
+			}
+			end := min(off+piece, n)
+			pieceCopy(dst[off:end], src[off:end], ep.cfg.PieceSize, big)
+			left.Add(-int64(end - off))
+		}
 	}
-	pieceCopy(dst[:min(share, n)], src[:min(share, n)], ep.cfg.PieceSize, ep.cfg.HugeCopy) // this goroutine takes the first share
-	wg.Wait()
+	for range workers - 1 {
+		go work() // exits as soon as the cursor passes the end; never outlives the last piece
+	}
+	work()
+	for left.Load() != 0 { // pieces claimed by helpers and still being copied
+		runtime.Gosched()
+	}
 }
 
-// pieceCopy copies src to dst: up to huge bytes with glibc's memcpy when it is loadable, else
-// in pieces of piece bytes with Go's copy (whose non-temporal path for ≥ 1 MiB is slow for
-// cache-resident data); above huge with one Go copy, whose non-temporal stores win there.
-func pieceCopy(dst, src []byte, piece, huge uint64) {
+// pieceCopy copies src to dst: with glibc's memcpy when it is loadable and the transfer is not
+// far beyond the caches (`rep movsb`, faster than Go's AVX loop there), else with Go's copy
+// (non-temporal stores from 1 MiB: best for data far larger than the caches), in pieces of
+// piece bytes when the data should stay cache-resident.
+func pieceCopy(dst, src []byte, piece uint64, big bool) {
 	n := uint64(len(src))
 	if n == 0 {
 		return
 	}
-	if n <= huge && n > 256 {
+	if !big && n > 256 {
 		if mc := libcMemcpy(); mc != nil {
 			mc(unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src)), uintptr(n))
 			return
 		}
 	}
-	if n <= piece || n > huge {
+	if big || n <= piece {
 		copy(dst, src)
 		return
 	}

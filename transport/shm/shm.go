@@ -23,13 +23,13 @@ type Config struct {
 	ParallelThreshold uint64
 	// Workers is the number of goroutines a large copy uses (default GOMAXPROCS, at most 8).
 	Workers int
-	// PieceSize is the unit a worker copies at a time with Go's copy when glibc's memcpy cannot
-	// be loaded (default 512 KiB: Go's copy of 1 MiB and more uses non-temporal stores, slower
-	// for cache-resident data, faster for huge buffers; env.md). With glibc, shares up to
-	// HugeCopy are one memcpy each (faster: `rep movsb`).
+	// PieceSize is the smallest unit the workers of a parallel copy claim (a transfer is cut
+	// into about 4 pieces per worker), and the unit of Go's copy of cache-resident data when
+	// glibc's memcpy cannot be loaded (default 512 KiB: Go's copy of 1 MiB and more uses
+	// non-temporal stores, slower for cache-resident data, faster for huge buffers; env.md).
 	PieceSize uint64
-	// HugeCopy is the share size above which a worker uses one Go copy (non-temporal stores,
-	// best for data far larger than the caches; default 64 MiB).
+	// HugeCopy: transfers above HugeCopy/2 are copied with Go's copy (non-temporal stores, best
+	// for data far larger than the caches), smaller ones with glibc's memcpy (default 64 MiB).
 	HugeCopy uint64
 	// HandshakeTimeout bounds the offer exchange (default 5 s).
 	HandshakeTimeout time.Duration
