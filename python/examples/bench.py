@@ -9,6 +9,7 @@ Sizes are MiB. "stage+put" is sess.put(array) (copy into the buffer, then the on
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -33,6 +34,7 @@ def main():
     ap.add_argument("--sizes", default="4,16,64")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--hmc", default=None, help="path of the hmc binary (default: go run ./cmd/hmc)")
+    ap.add_argument("--repeats", type=int, default=5, help="alternating Python/Go rounds; medians are compared")
     a = ap.parse_args()
     conn = hmc.ConnType[a.transport.upper()]
     sizes = [int(x) << 20 for x in a.sizes.split(",")]
@@ -42,33 +44,38 @@ def main():
     s = hmc.create_session(buffer_size=buf, num_chs=2, local_ip="127.0.0.1")
     s.connect(peer_id=0, self_id=1, peer_ip="127.0.0.1", data_port=int(dport), ctrl_tcp_port=int(cport),
               uds_dir="/tmp", conn=conn)
-    rows = []
-    for n in sizes:
-        x = np.random.default_rng(0).integers(0, 255, n, dtype=np.uint8)
-        s.put("127.0.0.1", int(dport), x, conn=conn)  # warm-up
-        t0 = time.perf_counter()
-        for _ in range(a.iters):
-            s.put("127.0.0.1", int(dport), x, conn=conn)
-        staged = n * a.iters / (time.perf_counter() - t0) / 1e9
-        t0 = time.perf_counter()
-        for _ in range(a.iters):
-            s.put_remote("127.0.0.1", int(dport), 0, 0, n, conn)
-        put = n * a.iters / (time.perf_counter() - t0) / 1e9
-        rows.append((n, staged, put))
+    cmd = [a.hmc] if a.hmc else ["go", "run", "./cmd/hmc"]
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    xs = {n: np.random.default_rng(0).integers(0, 255, n, dtype=np.uint8) for n in sizes}
+    res = {n: {"staged": [], "put": [], "go": []} for n in sizes}
+    for _ in range(a.repeats):  # Python and Go alternate, so both see the same machine
+        for n in sizes:
+            x = xs[n]
+            s.put("127.0.0.1", int(dport), x, conn=conn)  # warm-up
+            t0 = time.perf_counter()
+            for _ in range(a.iters):
+                s.put("127.0.0.1", int(dport), x, conn=conn)
+            res[n]["staged"].append(n * a.iters / (time.perf_counter() - t0) / 1e9)
+            t0 = time.perf_counter()
+            for _ in range(a.iters):
+                s.put_remote("127.0.0.1", int(dport), 0, 0, n, conn)
+            res[n]["put"].append(n * a.iters / (time.perf_counter() - t0) / 1e9)
+        out = subprocess.run(cmd + ["bench", "--quiet", "--json", "--transport", a.transport, "--iters", str(a.iters),
+                                    "--sizes", ",".join(f"{n >> 20}MiB" for n in sizes)],
+                             cwd=root, capture_output=True, text=True, check=True).stdout
+        for r in map(json.loads, out.splitlines()):
+            res[r["size"]]["go"].append(r["gbps"])
+            route = r["route"]
     s.ctrl_send(0, 9)
     s.close()
     peer.wait(timeout=30)
-    cmd = [a.hmc] if a.hmc else ["go", "run", "./cmd/hmc"]
-    root = os.path.join(os.path.dirname(__file__), "..", "..")
-    out = subprocess.run(cmd + ["bench", "--quiet", "--json", "--transport", a.transport, "--iters", str(a.iters),
-                                "--sizes", ",".join(f"{n >> 20}MiB" for n in sizes)],
-                         cwd=root, capture_output=True, text=True, check=True).stdout
-    go = {r["size"]: r for r in map(json.loads, out.splitlines())}
+    med = statistics.median
+    print(f"medians of {a.repeats} alternating rounds, {a.iters} iterations each")
     print(f"{'size':>8} {'py stage+put GB/s':>18} {'py put GB/s':>12} {'hmc bench GB/s':>15} {'py put / go':>12}  route")
-    for n, staged, put in rows:
-        g = go[n]
-        print(f"{n >> 20:>6}Mi {staged:>18.2f} {put:>12.2f} {g['gbps']:>15.2f} {put / g['gbps']:>12.2f}  {g['route']}")
-
+    for n in sizes:
+        r = res[n]
+        print(f"{n >> 20:>6}Mi {med(r['staged']):>18.2f} {med(r['put']):>12.2f} {med(r['go']):>15.2f} "
+              f"{med(r['put']) / med(r['go']):>12.2f}  {route}")
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "serve":

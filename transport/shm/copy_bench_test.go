@@ -6,6 +6,7 @@ package shm
 import (
 	"fmt"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -17,7 +18,9 @@ func BenchmarkCopyShapes(b *testing.B) {
 		}
 		for _, w := range []int{1, 2} {
 			for _, piece := range []uint64{128 << 10, 256 << 10, 512 << 10, 64 << 20} {
-				ep := &endpoint{cfg: Config{Workers: w, PieceSize: piece, ParallelThreshold: 1 << 20, HugeCopy: 64 << 20}}
+				ep := &endpoint{cfg: Config{Workers: w, PieceSize: piece, ParallelThreshold: 1 << 20, HugeCopy: 64 << 20},
+					helpers: newHelpers(w-1, 50*time.Microsecond)}
+				defer ep.helpers.close()
 				b.Run(fmt.Sprintf("%dMiB/w%d/p%dK", size>>20, w, piece>>10), func(b *testing.B) {
 					b.SetBytes(int64(size))
 					for b.Loop() {

@@ -31,6 +31,8 @@ type endpoint struct {
 	mu     sync.RWMutex // copies hold it shared; Close takes it to unmap
 	remote []byte       // the target's region, mapped; nil after Close
 	whole  []byte       // the whole page-rounded mapping behind remote, for munmap
+
+	helpers *helpers // copy goroutines for large transfers; nil with one worker
 }
 
 // Dial connects to a target's socket, receives its memfd and maps it.
@@ -66,6 +68,11 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 		return nil, fmt.Errorf("shm: %s: %w", cfg.Addr, err)
 	}
 	ep := &endpoint{cfg: t.cfg, local: local, conn: c, whole: whole.mapping, remote: whole.region, done: make(chan struct{})}
+	workers := t.cfg.Workers
+	if workers == 0 {
+		workers = min(runtime.GOMAXPROCS(0), 8)
+	}
+	ep.helpers = newHelpers(workers-1, t.cfg.HelperSpin)
 	ep.wg.Add(1)
 	go ep.watch() // owned by ep: Close closes the link and waits
 	return ep, nil
@@ -203,41 +210,106 @@ func (ep *endpoint) copyOp(ctx context.Context, put bool, localOff, remoteOff, n
 	return transport.NewOp(0), nil
 }
 
-// copy copies src to dst, splitting large copies across goroutines. The caller copies pieces
-// from a shared cursor and helpers join when the scheduler starts them: a helper that starts
-// late finds little or nothing left, so a slow wake-up (tens of µs on a VM) never delays the copy
-// beyond the piece it is working on, and the caller waits only for pieces already claimed.
+// copy copies src to dst, splitting large copies across the endpoint's helper goroutines. The
+// caller copies pieces from a shared cursor and helpers join when they pick the job up: a
+// helper that comes late finds little or nothing left, so a slow wake-up (tens of µs on a VM)
+// never delays the copy beyond the piece it is working on, and the caller waits only for pieces
+// already claimed. Helpers spin for a while after each job (HelperSpin), so back-to-back large
+// copies find them awake.
 func (ep *endpoint) copy(dst, src []byte) {
 	n := uint64(len(src))
-	workers := ep.cfg.Workers
-	if workers == 0 {
-		workers = min(runtime.GOMAXPROCS(0), 8)
-	}
 	big := n > ep.cfg.HugeCopy/2 // far beyond the caches: Go's non-temporal copy wins
-	if n < ep.cfg.ParallelThreshold || workers <= 1 {
+	if n < ep.cfg.ParallelThreshold || ep.helpers == nil {
 		pieceCopy(dst, src, ep.cfg.PieceSize, big)
 		return
 	}
-	piece := max(ep.cfg.PieceSize, (n/uint64(workers*4)+4095)&^4095)
-	var next, left atomic.Int64
-	left.Store(int64(n))
-	work := func() {
-		for {
-			off := uint64(next.Add(int64(piece))) - piece
-			if off >= n {
-				return
-			}
-			end := min(off+piece, n)
-			pieceCopy(dst[off:end], src[off:end], ep.cfg.PieceSize, big)
-			left.Add(-int64(end - off))
+	workers := uint64(cap(ep.helpers.jobs) + 1)
+	j := &copyJob{dst: dst, src: src, n: n, big: big, pieceMin: ep.cfg.PieceSize,
+		piece: max(ep.cfg.PieceSize, (n/(workers*4)+4095)&^4095)}
+	j.left.Store(int64(n))
+	for range workers - 1 {
+		select {
+		case ep.helpers.jobs <- j:
+		default: // helpers busy with an earlier job's tail: do without them
 		}
 	}
-	for range workers - 1 {
-		go work() // exits as soon as the cursor passes the end; never outlives the last piece
-	}
-	work()
-	for left.Load() != 0 { // pieces claimed by helpers and still being copied
+	j.work()
+	for j.left.Load() != 0 { // pieces claimed by helpers and still being copied
 		runtime.Gosched()
+	}
+}
+
+type copyJob struct {
+	dst, src   []byte
+	n, piece   uint64
+	pieceMin   uint64
+	big        bool
+	next, left atomic.Int64
+}
+
+func (j *copyJob) work() {
+	for {
+		off := uint64(j.next.Add(int64(j.piece))) - j.piece
+		if off >= j.n {
+			return
+		}
+		end := min(off+j.piece, j.n)
+		pieceCopy(j.dst[off:end], j.src[off:end], j.pieceMin, j.big)
+		j.left.Add(-int64(end - off))
+	}
+}
+
+// helpers are an endpoint's copy goroutines: GOMAXPROCS-1 of them (at most Workers-1).
+type helpers struct {
+	jobs chan *copyJob
+	spin time.Duration
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+func newHelpers(n int, spin time.Duration) *helpers {
+	if n < 1 {
+		return nil
+	}
+	h := &helpers{jobs: make(chan *copyJob, n), spin: spin, stop: make(chan struct{})}
+	for range n {
+		h.wg.Add(1)
+		go h.run() // owned by the endpoint: Close stops and waits for them
+	}
+	return h
+}
+
+func (h *helpers) run() {
+	defer h.wg.Done()
+	for {
+		var j *copyJob
+		until := time.Now().Add(h.spin)
+		for j == nil {
+			select {
+			case j = <-h.jobs:
+				continue
+			case <-h.stop:
+				return
+			default:
+			}
+			if time.Now().Before(until) {
+				runtime.Gosched()
+				continue
+			}
+			select { // idle: park until the next job
+			case j = <-h.jobs:
+			case <-h.stop:
+				return
+			}
+		}
+		j.work()
+	}
+}
+
+func (h *helpers) close() {
+	if h != nil {
+		close(h.stop)
+		h.wg.Wait()
 	}
 }
 
@@ -273,6 +345,7 @@ func (ep *endpoint) Close() error {
 		ep.dead.CompareAndSwap(nil, &e)
 		_ = ep.conn.Close() // ends watch
 		ep.wg.Wait()
+		ep.helpers.close()
 		ep.mu.Lock()
 		if ep.remote != nil {
 			_ = unix.Munmap(ep.whole) // copies hold mu shared: none is running

@@ -31,6 +31,10 @@ type Config struct {
 	// HugeCopy: transfers above HugeCopy/2 are copied with Go's copy (non-temporal stores, best
 	// for data far larger than the caches), smaller ones with glibc's memcpy (default 64 MiB).
 	HugeCopy uint64
+	// HelperSpin is how long an endpoint's copy helpers keep polling for work after a job
+	// before parking (default 50 µs): back-to-back large copies then find them awake instead
+	// of paying a thread wake-up. 0 means the default; negative means never spin.
+	HelperSpin time.Duration
 	// HandshakeTimeout bounds the offer exchange (default 5 s).
 	HandshakeTimeout time.Duration
 	// Logger receives connection events; nil means silent.
@@ -49,6 +53,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.HelperSpin == 0 {
+		c.HelperSpin = 50 * time.Microsecond
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
