@@ -128,11 +128,7 @@ func hmc_memory_type(h C.uint64_t) C.int {
 
 //export hmc_memory_alloc
 func hmc_memory_alloc(h C.uint64_t, size C.uint64_t, out *C.uint64_t) C.int {
-	return call(func() error {
-		m, err := get[*memory.Memory](uint64(h))
-		if err != nil {
-			return err
-		}
+	return withMemory(h, func(m *memory.Memory) error {
 		if out == nil {
 			return fmt.Errorf("hmc: null out pointer: %w", status.ErrInvalidConfig)
 		}
@@ -148,11 +144,7 @@ func hmc_memory_alloc(h C.uint64_t, size C.uint64_t, out *C.uint64_t) C.int {
 
 //export hmc_memory_free
 func hmc_memory_free(h C.uint64_t, ptr C.uint64_t) C.int {
-	return call(func() error {
-		m, err := get[*memory.Memory](uint64(h))
-		if err != nil {
-			return err
-		}
+	return withMemory(h, func(m *memory.Memory) error {
 		v, ok := allocs.Load(uintptr(ptr))
 		if !ok {
 			return fmt.Errorf("hmc: free of %#x, which this library did not allocate: %w", uint64(ptr), status.ErrInvalidConfig)
@@ -167,11 +159,7 @@ func hmc_memory_free(h C.uint64_t, ptr C.uint64_t) C.int {
 
 //export hmc_memory_copy_h2d
 func hmc_memory_copy_h2d(h C.uint64_t, dst C.uint64_t, src unsafe.Pointer, n C.uint64_t) C.int {
-	return call(func() error {
-		m, err := get[*memory.Memory](uint64(h))
-		if err != nil {
-			return err
-		}
+	return withMemory(h, func(m *memory.Memory) error {
 		b, err := hostBytes(src, n)
 		if err != nil {
 			return err
@@ -182,11 +170,7 @@ func hmc_memory_copy_h2d(h C.uint64_t, dst C.uint64_t, src unsafe.Pointer, n C.u
 
 //export hmc_memory_copy_d2h
 func hmc_memory_copy_d2h(h C.uint64_t, dst unsafe.Pointer, src C.uint64_t, n C.uint64_t) C.int {
-	return call(func() error {
-		m, err := get[*memory.Memory](uint64(h))
-		if err != nil {
-			return err
-		}
+	return withMemory(h, func(m *memory.Memory) error {
 		b, err := hostBytes(dst, n)
 		if err != nil {
 			return err
@@ -197,22 +181,14 @@ func hmc_memory_copy_d2h(h C.uint64_t, dst unsafe.Pointer, src C.uint64_t, n C.u
 
 //export hmc_memory_copy_d2d
 func hmc_memory_copy_d2d(h C.uint64_t, dst, src C.uint64_t, n C.uint64_t) C.int {
-	return call(func() error {
-		m, err := get[*memory.Memory](uint64(h))
-		if err != nil {
-			return err
-		}
+	return withMemory(h, func(m *memory.Memory) error {
 		return m.CopyDeviceToDevice(memory.Ptr(dst), memory.Ptr(src), uint64(n))
 	})
 }
 
 //export hmc_memory_close
 func hmc_memory_close(h C.uint64_t) C.int {
-	return call(func() error {
-		m, err := get[*memory.Memory](uint64(h))
-		if err != nil {
-			return err
-		}
+	return withMemory(h, func(m *memory.Memory) error {
 		table.remove(uint64(h))
 		return m.Close()
 	})
@@ -244,13 +220,31 @@ func goString(s *C.char) string {
 
 func session(h C.uint64_t) (*hmc.Session, error) { return get[*hmc.Session](uint64(h)) }
 
-//export hmc_session_destroy
-func hmc_session_destroy(h C.uint64_t) C.int {
+// withSession runs f on the session behind handle h, as call does.
+func withSession(h C.uint64_t, f func(*hmc.Session) error) C.int {
 	return call(func() error {
 		s, err := session(h)
 		if err != nil {
 			return err
 		}
+		return f(s)
+	})
+}
+
+// withMemory runs f on the memory behind handle h, as call does.
+func withMemory(h C.uint64_t, f func(*memory.Memory) error) C.int {
+	return call(func() error {
+		m, err := get[*memory.Memory](uint64(h))
+		if err != nil {
+			return err
+		}
+		return f(m)
+	})
+}
+
+//export hmc_session_destroy
+func hmc_session_destroy(h C.uint64_t) C.int {
+	return withSession(h, func(s *hmc.Session) error {
 		table.remove(uint64(h))
 		return s.Close()
 	})
@@ -258,11 +252,7 @@ func hmc_session_destroy(h C.uint64_t) C.int {
 
 //export hmc_session_init_server
 func hmc_session_init_server(h C.uint64_t, bindIP *C.char, dataPort, ctrlTCPPort C.int, selfID C.uint32_t, udsDir *C.char, conn C.int) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		return s.InitServer(goString(bindIP), int(dataPort), int(ctrlTCPPort), uint32(selfID), goString(udsDir), hmc.ConnType(conn))
 	})
 }
@@ -293,11 +283,7 @@ func hmc_session_ctrl_port(h C.uint64_t) C.int {
 
 //export hmc_session_connect
 func hmc_session_connect(h C.uint64_t, peerID, selfID C.uint32_t, peerIP *C.char, dataPort, ctrlTCPPort C.int, udsDir *C.char, conn, timeoutMS C.int) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
 		return s.Connect(ctx, uint32(peerID), uint32(selfID), goString(peerIP), int(dataPort), int(ctrlTCPPort), goString(udsDir), hmc.ConnType(conn))
@@ -306,44 +292,28 @@ func hmc_session_connect(h C.uint64_t, peerID, selfID C.uint32_t, peerIP *C.char
 
 //export hmc_session_check_conn
 func hmc_session_check_conn(h C.uint64_t, ip *C.char, port, conn C.int) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		return s.Comm().CheckConn(goString(ip), int(port), hmc.ConnType(conn))
 	})
 }
 
 //export hmc_session_disconnect
 func hmc_session_disconnect(h C.uint64_t, ip *C.char, port, conn C.int) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		return s.Disconnect(goString(ip), int(port), hmc.ConnType(conn))
 	})
 }
 
 //export hmc_session_close_server
 func hmc_session_close_server(h C.uint64_t) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		return s.CloseServer()
 	})
 }
 
 //export hmc_session_put
 func hmc_session_put(h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff, n C.uint64_t, conn, timeoutMS C.int) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
 		return s.PutRemote(ctx, goString(ip), int(port), uint64(localOff), uint64(remoteOff), uint64(n), hmc.ConnType(conn))
@@ -352,11 +322,7 @@ func hmc_session_put(h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff, 
 
 //export hmc_session_get
 func hmc_session_get(h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff, n C.uint64_t, conn, timeoutMS C.int) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
 		return s.GetRemote(ctx, goString(ip), int(port), uint64(localOff), uint64(remoteOff), uint64(n), hmc.ConnType(conn))
@@ -374,15 +340,14 @@ func hmc_session_get_nb(h C.uint64_t, ip *C.char, port C.int, localOff, remoteOf
 }
 
 func postNB(put bool, h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff, n C.uint64_t, conn C.int, id *C.uint64_t) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		if id == nil {
 			return fmt.Errorf("hmc: null id pointer: %w", status.ErrInvalidConfig)
 		}
-		var v uint64
+		var (
+			v   uint64
+			err error
+		)
 		if put {
 			v, err = s.PutNB(context.Background(), goString(ip), int(port), uint64(localOff), uint64(remoteOff), uint64(n), hmc.ConnType(conn))
 		} else {
@@ -398,11 +363,7 @@ func postNB(put bool, h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff,
 
 //export hmc_session_wait
 func hmc_session_wait(h C.uint64_t, ids *C.uint64_t, count C.uint64_t, timeoutMS C.int) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		if count > 0 && ids == nil {
 			return fmt.Errorf("hmc: null id array: %w", status.ErrInvalidConfig)
 		}
@@ -429,11 +390,7 @@ func hmc_session_get_pipeline(h C.uint64_t, ip *C.char, port C.int, localOff, re
 }
 
 func pipeline(put bool, h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff, n, chunk C.uint64_t, maxInflight, conn, timeoutMS C.int) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
 		f := s.Comm().GetPipeline
@@ -454,11 +411,7 @@ func streamData(p C.uint64_t, n C.uint64_t, memType, deviceID C.int) comm.Data {
 
 //export hmc_session_send_data
 func hmc_session_send_data(h C.uint64_t, ip *C.char, port C.int, src C.uint64_t, n C.uint64_t, memType, deviceID, conn, timeoutMS C.int) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
 		return s.Comm().SendDataTo(ctx, goString(ip), int(port), streamData(src, n, memType, deviceID), hmc.ConnType(conn))
@@ -467,11 +420,7 @@ func hmc_session_send_data(h C.uint64_t, ip *C.char, port C.int, src C.uint64_t,
 
 //export hmc_session_recv_data
 func hmc_session_recv_data(h C.uint64_t, ip *C.char, port C.int, dst C.uint64_t, capacity C.uint64_t, memType, deviceID C.int, received *C.uint64_t, conn, timeoutMS C.int) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
 		got, err := s.Comm().RecvDataFrom(ctx, goString(ip), int(port), streamData(dst, capacity, memType, deviceID), hmc.ConnType(conn))
@@ -484,11 +433,7 @@ func hmc_session_recv_data(h C.uint64_t, ip *C.char, port C.int, dst C.uint64_t,
 
 //export hmc_session_ctrl_send
 func hmc_session_ctrl_send(h C.uint64_t, peer C.uint32_t, tag C.uint64_t, timeoutMS C.int) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
 		return s.CtrlSend(ctx, uint32(peer), uint64(tag))
@@ -497,11 +442,7 @@ func hmc_session_ctrl_send(h C.uint64_t, peer C.uint32_t, tag C.uint64_t, timeou
 
 //export hmc_session_ctrl_recv
 func hmc_session_ctrl_recv(h C.uint64_t, peer C.uint32_t, tag *C.uint64_t, timeoutMS C.int) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		if tag == nil {
 			return fmt.Errorf("hmc: null tag pointer: %w", status.ErrInvalidConfig)
 		}
@@ -518,11 +459,7 @@ func hmc_session_ctrl_recv(h C.uint64_t, peer C.uint32_t, tag *C.uint64_t, timeo
 
 //export hmc_session_ctrl_send_bytes
 func hmc_session_ctrl_send_bytes(h C.uint64_t, peer C.uint32_t, msgType C.uint16_t, data unsafe.Pointer, n C.uint64_t, timeoutMS C.int) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		b, err := hostBytes(data, n)
 		if err != nil {
 			return err
@@ -539,11 +476,7 @@ func hmc_session_ctrl_send_bytes(h C.uint64_t, peer C.uint32_t, msgType C.uint16
 
 //export hmc_session_ctrl_recv_bytes
 func hmc_session_ctrl_recv_bytes(h C.uint64_t, peer C.uint32_t, msgType *C.uint16_t, buf unsafe.Pointer, capacity C.uint64_t, n *C.uint64_t, timeoutMS C.int) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
 		msg, err := s.Comm().Ctrl().Recv(ctx, uint32(peer))
@@ -592,11 +525,7 @@ func hmc_buffer_ptr(h C.uint64_t) C.uint64_t {
 
 //export hmc_buffer_write
 func hmc_buffer_write(h C.uint64_t, src unsafe.Pointer, n, off C.uint64_t) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		b, err := hostBytes(src, n)
 		if err != nil {
 			return err
@@ -607,11 +536,7 @@ func hmc_buffer_write(h C.uint64_t, src unsafe.Pointer, n, off C.uint64_t) C.int
 
 //export hmc_buffer_read
 func hmc_buffer_read(h C.uint64_t, dst unsafe.Pointer, n, off C.uint64_t) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		b, err := hostBytes(dst, n)
 		if err != nil {
 			return err
@@ -622,33 +547,21 @@ func hmc_buffer_read(h C.uint64_t, dst unsafe.Pointer, n, off C.uint64_t) C.int 
 
 //export hmc_buffer_write_gpu
 func hmc_buffer_write_gpu(h C.uint64_t, src, n, off C.uint64_t) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		return s.Buffer().WriteFromGPU(memory.Ptr(src), uint64(n), uint64(off))
 	})
 }
 
 //export hmc_buffer_read_gpu
 func hmc_buffer_read_gpu(h C.uint64_t, dst, n, off C.uint64_t) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		return s.Buffer().ReadToGPU(memory.Ptr(dst), uint64(n), uint64(off))
 	})
 }
 
 //export hmc_buffer_copy_within
 func hmc_buffer_copy_within(h C.uint64_t, dstOff, srcOff, n C.uint64_t) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		return s.CopyWithin(uint64(dstOff), uint64(srcOff), uint64(n))
 	})
 }
@@ -720,11 +633,7 @@ func hmc_buffer_read_device(h C.uint64_t, dst, n, off C.uint64_t, memType, devic
 
 //export hmc_group_create
 func hmc_group_create(h C.uint64_t, n C.int, ips **C.char, dataPorts, ctrlPorts *C.int, rank C.uint32_t, conn, timeoutMS C.int, out *C.uint64_t) C.int {
-	return call(func() error {
-		s, err := session(h)
-		if err != nil {
-			return err
-		}
+	return withSession(h, func(s *hmc.Session) error {
 		if n <= 0 || ips == nil || dataPorts == nil || ctrlPorts == nil || out == nil {
 			return fmt.Errorf("hmc: group of %d with null arrays: %w", int(n), status.ErrInvalidConfig)
 		}

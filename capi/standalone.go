@@ -36,15 +36,20 @@ func hmc_conn_buffer_create(deviceID C.int, size C.uint64_t, memType C.int, out 
 	})
 }
 
-func connBuffer(h C.uint64_t) (*buffer.ConnBuffer, error) { return get[*buffer.ConnBuffer](uint64(h)) }
-
-//export hmc_conn_buffer_destroy
-func hmc_conn_buffer_destroy(h C.uint64_t) C.int {
+// withBuffer runs f on the ConnBuffer behind handle h, as call does.
+func withBuffer(h C.uint64_t, f func(*buffer.ConnBuffer) error) C.int {
 	return call(func() error {
-		b, err := connBuffer(h)
+		b, err := get[*buffer.ConnBuffer](uint64(h))
 		if err != nil {
 			return err
 		}
+		return f(b)
+	})
+}
+
+//export hmc_conn_buffer_destroy
+func hmc_conn_buffer_destroy(h C.uint64_t) C.int {
+	return withBuffer(h, func(b *buffer.ConnBuffer) error {
 		table.remove(uint64(h))
 		return b.Close()
 	})
@@ -52,11 +57,7 @@ func hmc_conn_buffer_destroy(h C.uint64_t) C.int {
 
 //export hmc_conn_buffer_info
 func hmc_conn_buffer_info(h C.uint64_t, size, ptr *C.uint64_t, memType *C.int) C.int {
-	return call(func() error {
-		b, err := connBuffer(h)
-		if err != nil {
-			return err
-		}
+	return withBuffer(h, func(b *buffer.ConnBuffer) error {
 		if size != nil {
 			*size = C.uint64_t(b.Size())
 		}
@@ -72,11 +73,7 @@ func hmc_conn_buffer_info(h C.uint64_t, size, ptr *C.uint64_t, memType *C.int) C
 
 //export hmc_conn_buffer_write_cpu
 func hmc_conn_buffer_write_cpu(h C.uint64_t, src unsafe.Pointer, n, off C.uint64_t) C.int {
-	return call(func() error {
-		b, err := connBuffer(h)
-		if err != nil {
-			return err
-		}
+	return withBuffer(h, func(b *buffer.ConnBuffer) error {
 		s, err := hostBytes(src, n)
 		if err != nil {
 			return err
@@ -87,11 +84,7 @@ func hmc_conn_buffer_write_cpu(h C.uint64_t, src unsafe.Pointer, n, off C.uint64
 
 //export hmc_conn_buffer_read_cpu
 func hmc_conn_buffer_read_cpu(h C.uint64_t, dst unsafe.Pointer, n, off C.uint64_t) C.int {
-	return call(func() error {
-		b, err := connBuffer(h)
-		if err != nil {
-			return err
-		}
+	return withBuffer(h, func(b *buffer.ConnBuffer) error {
 		d, err := hostBytes(dst, n)
 		if err != nil {
 			return err
@@ -102,33 +95,21 @@ func hmc_conn_buffer_read_cpu(h C.uint64_t, dst unsafe.Pointer, n, off C.uint64_
 
 //export hmc_conn_buffer_write_gpu
 func hmc_conn_buffer_write_gpu(h C.uint64_t, src, n, off C.uint64_t) C.int {
-	return call(func() error {
-		b, err := connBuffer(h)
-		if err != nil {
-			return err
-		}
+	return withBuffer(h, func(b *buffer.ConnBuffer) error {
 		return b.WriteFromGPU(memory.Ptr(src), uint64(n), uint64(off))
 	})
 }
 
 //export hmc_conn_buffer_read_gpu
 func hmc_conn_buffer_read_gpu(h C.uint64_t, dst, n, off C.uint64_t) C.int {
-	return call(func() error {
-		b, err := connBuffer(h)
-		if err != nil {
-			return err
-		}
+	return withBuffer(h, func(b *buffer.ConnBuffer) error {
 		return b.ReadToGPU(memory.Ptr(dst), uint64(n), uint64(off))
 	})
 }
 
 //export hmc_conn_buffer_copy_within
 func hmc_conn_buffer_copy_within(h C.uint64_t, dstOff, srcOff, n C.uint64_t) C.int {
-	return call(func() error {
-		b, err := connBuffer(h)
-		if err != nil {
-			return err
-		}
+	return withBuffer(h, func(b *buffer.ConnBuffer) error {
 		return b.CopyWithin(uint64(dstOff), uint64(srcOff), uint64(n))
 	})
 }
@@ -136,6 +117,17 @@ func hmc_conn_buffer_copy_within(h C.uint64_t, dstOff, srcOff, n C.uint64_t) C.i
 // ---- the control plane on its own (upstream CtrlSocketManager, one per handle) ----
 
 func manager(h C.uint64_t) (*ctrl.Manager, error) { return get[*ctrl.Manager](uint64(h)) }
+
+// withManager runs f on the control plane behind handle h, as call does.
+func withManager(h C.uint64_t, f func(*ctrl.Manager) error) C.int {
+	return call(func() error {
+		m, err := manager(h)
+		if err != nil {
+			return err
+		}
+		return f(m)
+	})
+}
 
 //export hmc_ctrl_create
 func hmc_ctrl_create(out *C.uint64_t) C.int {
@@ -154,11 +146,7 @@ func hmc_ctrl_create(out *C.uint64_t) C.int {
 
 //export hmc_ctrl_listen
 func hmc_ctrl_listen(h C.uint64_t, bindIP *C.char, tcpPort C.int, udsPath *C.char) C.int {
-	return call(func() error {
-		m, err := manager(h)
-		if err != nil {
-			return err
-		}
+	return withManager(h, func(m *ctrl.Manager) error {
 		return m.Listen(goString(bindIP), int(tcpPort), goString(udsPath))
 	})
 }
@@ -178,11 +166,7 @@ func hmc_ctrl_tcp_port(h C.uint64_t) C.int {
 
 //export hmc_ctrl_connect_tcp
 func hmc_ctrl_connect_tcp(h C.uint64_t, peerID C.uint32_t, ip *C.char, port C.int, selfID C.uint32_t, timeoutMS C.int) C.int {
-	return call(func() error {
-		m, err := manager(h)
-		if err != nil {
-			return err
-		}
+	return withManager(h, func(m *ctrl.Manager) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
 		return m.DialTCP(ctx, uint32(peerID), uint32(selfID), net.JoinHostPort(goString(ip), strconv.Itoa(int(port))))
@@ -191,11 +175,7 @@ func hmc_ctrl_connect_tcp(h C.uint64_t, peerID C.uint32_t, ip *C.char, port C.in
 
 //export hmc_ctrl_connect_uds
 func hmc_ctrl_connect_uds(h C.uint64_t, peerID C.uint32_t, path *C.char, selfID C.uint32_t, timeoutMS C.int) C.int {
-	return call(func() error {
-		m, err := manager(h)
-		if err != nil {
-			return err
-		}
+	return withManager(h, func(m *ctrl.Manager) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
 		return m.DialUDS(ctx, uint32(peerID), uint32(selfID), goString(path))
@@ -204,11 +184,7 @@ func hmc_ctrl_connect_uds(h C.uint64_t, peerID C.uint32_t, path *C.char, selfID 
 
 //export hmc_ctrl_send_u64
 func hmc_ctrl_send_u64(h C.uint64_t, peer C.uint32_t, v C.uint64_t, timeoutMS C.int) C.int {
-	return call(func() error {
-		m, err := manager(h)
-		if err != nil {
-			return err
-		}
+	return withManager(h, func(m *ctrl.Manager) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
 		return m.SendU64(ctx, uint32(peer), uint64(v))
@@ -217,11 +193,7 @@ func hmc_ctrl_send_u64(h C.uint64_t, peer C.uint32_t, v C.uint64_t, timeoutMS C.
 
 //export hmc_ctrl_recv_u64
 func hmc_ctrl_recv_u64(h C.uint64_t, peer C.uint32_t, v *C.uint64_t, timeoutMS C.int) C.int {
-	return call(func() error {
-		m, err := manager(h)
-		if err != nil {
-			return err
-		}
+	return withManager(h, func(m *ctrl.Manager) error {
 		if v == nil {
 			return fmt.Errorf("hmc: null value pointer: %w", status.ErrInvalidConfig)
 		}
@@ -235,11 +207,7 @@ func hmc_ctrl_recv_u64(h C.uint64_t, peer C.uint32_t, v *C.uint64_t, timeoutMS C
 
 //export hmc_ctrl_send_int
 func hmc_ctrl_send_int(h C.uint64_t, peer C.uint32_t, v C.int32_t, timeoutMS C.int) C.int {
-	return call(func() error {
-		m, err := manager(h)
-		if err != nil {
-			return err
-		}
+	return withManager(h, func(m *ctrl.Manager) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
 		return m.SendInt(ctx, uint32(peer), int32(v))
@@ -248,11 +216,7 @@ func hmc_ctrl_send_int(h C.uint64_t, peer C.uint32_t, v C.int32_t, timeoutMS C.i
 
 //export hmc_ctrl_recv_int
 func hmc_ctrl_recv_int(h C.uint64_t, peer C.uint32_t, v *C.int32_t, timeoutMS C.int) C.int {
-	return call(func() error {
-		m, err := manager(h)
-		if err != nil {
-			return err
-		}
+	return withManager(h, func(m *ctrl.Manager) error {
 		if v == nil {
 			return fmt.Errorf("hmc: null value pointer: %w", status.ErrInvalidConfig)
 		}
@@ -266,11 +230,7 @@ func hmc_ctrl_recv_int(h C.uint64_t, peer C.uint32_t, v *C.int32_t, timeoutMS C.
 
 //export hmc_ctrl_send_struct
 func hmc_ctrl_send_struct(h C.uint64_t, peer C.uint32_t, data unsafe.Pointer, n C.uint64_t, timeoutMS C.int) C.int {
-	return call(func() error {
-		m, err := manager(h)
-		if err != nil {
-			return err
-		}
+	return withManager(h, func(m *ctrl.Manager) error {
 		b, err := hostBytes(data, n)
 		if err != nil {
 			return err
@@ -283,11 +243,7 @@ func hmc_ctrl_send_struct(h C.uint64_t, peer C.uint32_t, data unsafe.Pointer, n 
 
 //export hmc_ctrl_recv_struct
 func hmc_ctrl_recv_struct(h C.uint64_t, peer C.uint32_t, data unsafe.Pointer, n C.uint64_t, timeoutMS C.int) C.int {
-	return call(func() error {
-		m, err := manager(h)
-		if err != nil {
-			return err
-		}
+	return withManager(h, func(m *ctrl.Manager) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
 		msg, err := m.Recv(ctx, uint32(peer))
@@ -308,22 +264,14 @@ func hmc_ctrl_recv_struct(h C.uint64_t, peer C.uint32_t, data unsafe.Pointer, n 
 
 //export hmc_ctrl_close_peer
 func hmc_ctrl_close_peer(h C.uint64_t, peer C.uint32_t) C.int {
-	return call(func() error {
-		m, err := manager(h)
-		if err != nil {
-			return err
-		}
+	return withManager(h, func(m *ctrl.Manager) error {
 		return m.ClosePeer(uint32(peer))
 	})
 }
 
 //export hmc_ctrl_close_all
 func hmc_ctrl_close_all(h C.uint64_t) C.int {
-	return call(func() error {
-		m, err := manager(h)
-		if err != nil {
-			return err
-		}
+	return withManager(h, func(m *ctrl.Manager) error {
 		m.CloseAll()
 		return nil
 	})
@@ -331,11 +279,7 @@ func hmc_ctrl_close_all(h C.uint64_t) C.int {
 
 //export hmc_ctrl_destroy
 func hmc_ctrl_destroy(h C.uint64_t) C.int {
-	return call(func() error {
-		m, err := manager(h)
-		if err != nil {
-			return err
-		}
+	return withManager(h, func(m *ctrl.Manager) error {
 		table.remove(uint64(h))
 		return m.Close()
 	})
