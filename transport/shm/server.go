@@ -1,15 +1,14 @@
 package shm
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hmc-go/hmc/internal/acceptor"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
@@ -20,11 +19,7 @@ type server struct {
 	offer    []byte
 	onAccept func(transport.PeerInfo)
 	l        *net.UnixListener
-	wg       sync.WaitGroup
-
-	mu     sync.Mutex
-	conns  map[*net.UnixConn]struct{} // guarded by mu
-	closed bool                       // guarded by mu
+	links    *acceptor.Server[*net.UnixConn]
 }
 
 // Listen serves cfg.Region, which must be memfd-backed host memory, on the Unix socket
@@ -46,9 +41,8 @@ func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error)
 		return nil, fmt.Errorf("shm: listen %s: %w: %w", cfg.BindAddr, status.ErrInvalidConfig, err)
 	}
 	s := &server{t: t, fd: cfg.Region.FD(), offer: offer{size: cfg.Region.Size(), bootID: boot}.encode(),
-		onAccept: cfg.OnAccept, l: l, conns: make(map[*net.UnixConn]struct{})}
-	s.wg.Add(1)
-	go s.acceptLoop() // owned by s: Close closes l and waits
+		onAccept: cfg.OnAccept, l: l}
+	s.links = acceptor.Start(l, l.AcceptUnix, s.serve, t.cfg.Logger, "shm")
 	return s, nil
 }
 
@@ -57,54 +51,15 @@ func (s *server) Addr() string { return s.l.Addr().String() }
 // Close stops accepting and closes every initiator's liveness link, so their endpoints fail
 // from then on; their mappings stay valid.
 func (s *server) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		s.wg.Wait()
-		return nil
+	if err := s.links.Close(); err != nil {
+		return fmt.Errorf("shm: close: %w: %w", status.ErrFailed, err)
 	}
-	s.closed = true
-	_ = s.l.Close() // accept loop sees net.ErrClosed
-	for c := range s.conns {
-		_ = c.Close() // initiators see EOF on their liveness link
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
 	return nil
 }
 
-func (s *server) acceptLoop() {
-	defer s.wg.Done()
-	for {
-		c, err := s.l.AcceptUnix()
-		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				s.t.cfg.Logger.Warn("shm: accept stopped", "err", err)
-			}
-			return
-		}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			_ = c.Close() // raced with Close
-			return
-		}
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go s.serve(c) // owned by s: Close closes c and waits
-	}
-}
-
-// serve hands the memfd to one initiator, then holds the link open until either side closes.
+// serve hands the memfd to one initiator, then holds the link open until either side closes
+// (on a goroutine owned by s.links, which closes c when it returns).
 func (s *server) serve(c *net.UnixConn) {
-	defer s.wg.Done()
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		_ = c.Close() // the link is over
-	}()
 	_ = c.SetDeadline(time.Now().Add(s.t.cfg.HandshakeTimeout))
 	b := make([]byte, helloSize)
 	if _, err := io.ReadFull(c, b); err != nil {

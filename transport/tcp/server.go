@@ -6,10 +6,10 @@ import (
 	"io"
 	"net"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/internal/acceptor"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
@@ -21,11 +21,7 @@ type server struct {
 	onAccept func(transport.PeerInfo)
 	onWrite  func(off, n uint64)
 	l        net.Listener
-	wg       sync.WaitGroup
-
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{} // guarded by mu
-	closed bool                  // guarded by mu
+	lanes    *acceptor.Server[net.Conn]
 }
 
 // Listen serves cfg.Region on cfg.BindAddr. The region must be host memory.
@@ -42,9 +38,8 @@ func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error)
 	if err != nil {
 		return nil, fmt.Errorf("tcp: listen %s: %w: %w", cfg.BindAddr, status.ErrInvalidConfig, err)
 	}
-	s := &server{t: t, region: region, rank: cfg.Rank, onAccept: cfg.OnAccept, onWrite: cfg.OnWrite, l: l, conns: make(map[net.Conn]struct{})}
-	s.wg.Add(1)
-	go s.acceptLoop() // owned by s: Close closes l and waits
+	s := &server{t: t, region: region, rank: cfg.Rank, onAccept: cfg.OnAccept, onWrite: cfg.OnWrite, l: l}
+	s.lanes = acceptor.Start(l, l.Accept, s.serve, t.cfg.Logger, "tcp")
 	return s, nil
 }
 
@@ -53,56 +48,14 @@ func (s *server) Addr() string { return s.l.Addr().String() }
 
 // Close stops accepting, closes every lane and waits for their goroutines.
 func (s *server) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		s.wg.Wait()
-		return nil
-	}
-	s.closed = true
-	err := s.l.Close()
-	for c := range s.conns {
-		_ = c.Close() // stopping; the lane goroutines see the error and exit
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
-	if err != nil && !errors.Is(err, net.ErrClosed) {
+	if err := s.lanes.Close(); err != nil {
 		return fmt.Errorf("tcp: close: %w: %w", status.ErrFailed, err)
 	}
 	return nil
 }
 
-func (s *server) acceptLoop() {
-	defer s.wg.Done()
-	for {
-		c, err := s.l.Accept()
-		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				s.t.cfg.Logger.Warn("tcp: accept stopped", "err", err)
-			}
-			return
-		}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			_ = c.Close() // raced with Close
-			return
-		}
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go s.serve(c) // owned by s: Close closes c and waits
-	}
-}
-
+// serve is one lane, on a goroutine owned by s.lanes (which closes c when it returns).
 func (s *server) serve(c net.Conn) {
-	defer s.wg.Done()
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		_ = c.Close() // the lane is over, whatever ended it
-	}()
 	tuneConn(c, s.t.cfg)
 	h, err := s.handshake(c)
 	if err != nil {
