@@ -81,26 +81,38 @@ func (f *benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
 		Warmup: f.warmup, Lanes: f.lanes, Chunk: chunk, BusyPoll: f.busyPoll, Window: f.window, Mem: mt, Verify: f.verify}, nil
 }
 
+// clientRunE builds a client command's RunE: parse the flags, let peer point the config at a
+// server (and return what stops it), run the client until done or interrupted.
+func (f *benchFlags) clientRunE(peer func(context.Context, *bench.Config) (func(), error)) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		cfg, err := f.config(cmd)
+		if err != nil {
+			return err
+		}
+		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+		defer stop()
+		done, err := peer(ctx, &cfg)
+		if err != nil {
+			return err
+		}
+		defer done()
+		return runClient(ctx, cmd.OutOrStdout(), cfg, f)
+	}
+}
+
 func benchCmd() *cobra.Command {
 	var f benchFlags
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure transfers: with no role, starts a server child and runs the client against it on 127.0.0.1",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := f.config(cmd)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
-			defer stop()
+		RunE: f.clientRunE(func(ctx context.Context, cfg *bench.Config) (func(), error) {
 			srv, err := startServerChild(ctx, f.transport, slices.Max(cfg.Sizes), f.busyPoll)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			defer srv.stop()
 			cfg.PeerIP, cfg.DataPort, cfg.CtrlPort = "127.0.0.1", srv.dataPort, srv.ctrlPort
-			return runClient(ctx, cmd.OutOrStdout(), cfg, &f)
-		},
+			return srv.stop, nil
+		}),
 	}
 	f.add(cmd)
 	cmd.AddCommand(serverCmd(), clientCmd())
@@ -112,16 +124,10 @@ func clientCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "client",
 		Short: "Run the benchmark client against `hmc bench server` on another host",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := f.config(cmd)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
-			defer stop()
+		RunE: f.clientRunE(func(_ context.Context, cfg *bench.Config) (func(), error) {
 			cfg.PeerIP, cfg.DataPort, cfg.CtrlPort = f.serverIP, f.dataPort, f.ctrlPort
-			return runClient(ctx, cmd.OutOrStdout(), cfg, &f)
-		},
+			return func() {}, nil
+		}),
 	}
 	f.add(cmd)
 	cmd.Flags().StringVar(&f.serverIP, "server-ip", "127.0.0.1", "the server's IP")
