@@ -23,7 +23,6 @@ type endpoint struct {
 	cfg    Config
 	local  []byte
 	conn   *net.UnixConn
-	done   chan struct{} // closed when the liveness link ends
 	dead   atomic.Pointer[error]
 	wg     sync.WaitGroup
 	closeO sync.Once
@@ -67,7 +66,7 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 		_ = c.Close() // the handshake failed; its error is reported
 		return nil, fmt.Errorf("shm: %s: %w", cfg.Addr, err)
 	}
-	ep := &endpoint{cfg: t.cfg, local: local, conn: c, whole: whole.mapping, remote: whole.region, done: make(chan struct{})}
+	ep := &endpoint{cfg: t.cfg, local: local, conn: c, whole: whole.mapping, remote: whole.region}
 	workers := t.cfg.Workers
 	if workers == 0 {
 		workers = min(runtime.GOMAXPROCS(0), 8)
@@ -167,7 +166,6 @@ func (ep *endpoint) watch() {
 	}
 	e := fmt.Errorf("shm: target gone: %w: %w", status.ErrPeerClosed, err)
 	ep.dead.CompareAndSwap(nil, &e)
-	close(ep.done)
 }
 
 func (ep *endpoint) RemoteSize() uint64 {
