@@ -1,0 +1,502 @@
+package store
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// tcpClient is a Client of the embedded server.
+type tcpClient struct {
+	cfg  Config
+	conn net.Conn
+	log  *slog.Logger
+	wmu  sync.Mutex // one frame written at a time
+
+	mu      sync.Mutex
+	pending map[uint32]chan reply // guarded by mu
+	seq     uint32                // guarded by mu
+	err     error                 // why the link ended; guarded by mu
+	rank    int                   // guarded by mu
+	world   int                   // guarded by mu
+	subSeq  uint32                // rank-down subscription
+	subAck  chan struct{}         // closed when the server acknowledged the subscription
+
+	watch *rankWatchers
+	done  chan struct{}
+	wg    sync.WaitGroup
+}
+
+type reply struct {
+	code Code
+	m    *message
+}
+
+// writeTimeout bounds one frame write: a store that does not read is a dead store.
+const writeTimeout = 10 * time.Second
+
+func dialTCP(ctx context.Context, addr string, cfg Config) (*tcpClient, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	var d net.Dialer
+	var conn net.Conn
+	for {
+		var err error
+		conn, err = d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: connect to store %s: %w", ErrIO, addr, ctxErr(ctx.Err()))
+		case <-time.After(100 * time.Millisecond): // the store may not be up yet: retry
+		}
+	}
+	c := &tcpClient{cfg: cfg, log: cfg.Logger, pending: map[uint32]chan reply{}, rank: NoRank,
+		world: cfg.WorldSize, done: make(chan struct{}), subAck: make(chan struct{})}
+	if err := c.handshake(ctx, conn); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	c.watch = newRankWatchers()
+	c.wg.Add(2)
+	go c.readLoop()  // owned by c: Close closes conn and waits
+	go c.heartbeat() // owned by c: stops on done
+	c.mu.Lock()
+	c.subSeq = c.nextSeq()
+	c.mu.Unlock()
+	if err := c.write((&message{Op: OpWatchRankDown, Keys: [][]byte{[]byte(rankDownKey)}}).frame(c.subSeq, CodeSuccess)); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	select { // subscribed before Open returns: no rank-down after it is missed
+	case <-c.subAck:
+	case <-c.done:
+		_ = c.Close()
+		return nil, c.linkErr()
+	case <-ctx.Done():
+		_ = c.Close()
+		return nil, fmt.Errorf("%w: store handshake: %w", ErrIO, ctxErr(ctx.Err()))
+	}
+	if cfg.Ranking == Auto {
+		if _, err := c.AssignRank(ctx); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *tcpClient) handshake(ctx context.Context, conn net.Conn) error {
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	if c.cfg.TLS != nil {
+		tc := tls.Client(conn, c.cfg.TLS)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return fmt.Errorf("%w: TLS with the store: %v", ErrAuth, err)
+		}
+		conn = tc
+	}
+	req := connectReq{Rank: noRankWire, World: uint32(c.cfg.WorldSize)}
+	if c.cfg.Ranking == Explicit {
+		req.Rank = uint32(c.cfg.Rank)
+	}
+	if len(c.cfg.Secret) > 0 {
+		req.Version = 1
+	}
+	reqb := req.encode()
+	if _, err := conn.Write(reqb); err != nil {
+		return fmt.Errorf("%w: store handshake: %v", ErrIO, err)
+	}
+	first, err := readResult(conn)
+	if err != nil {
+		return fmt.Errorf("%w: store handshake: %v", ErrIO, err)
+	}
+	if err := clientAuth(conn, c.cfg.Secret, reqb, first); err != nil {
+		return err
+	}
+	res := first
+	if len(c.cfg.Secret) > 0 {
+		if res, err = readResult(conn); err != nil {
+			return fmt.Errorf("%w: store handshake: %v", ErrIO, err)
+		}
+	}
+	if res != CodeSuccess {
+		if req.Rank != noRankWire {
+			return fmt.Errorf("%w: the store refused rank %d in world %d (taken, or outside the store's world)", errFor(res), c.cfg.Rank, c.cfg.WorldSize)
+		}
+		return fmt.Errorf("%w: the store refused the connection", errFor(res))
+	}
+	_ = conn.SetDeadline(time.Time{})
+	c.conn = conn
+	if req.Rank != noRankWire {
+		c.rank = c.cfg.Rank
+	}
+	return nil
+}
+
+// nextSeq returns a fresh request id (never 0: heartbeats use it). Caller holds mu.
+func (c *tcpClient) nextSeq() uint32 {
+	c.seq++
+	if c.seq == 0 {
+		c.seq++
+	}
+	return c.seq
+}
+
+func (c *tcpClient) write(f []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if _, err := c.conn.Write(f); err != nil {
+		_ = c.conn.Close() // a half-written frame ends the link; readLoop reports it
+		return fmt.Errorf("%w: %v", ErrIO, err)
+	}
+	return nil
+}
+
+func (c *tcpClient) heartbeat() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.Heartbeat)
+	defer t.Stop()
+	f := (&message{Op: OpHeartbeat}).frame(0, CodeSuccess)
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+			if c.write(f) != nil {
+				return
+			}
+		}
+	}
+}
+
+func (c *tcpClient) readLoop() {
+	defer c.wg.Done()
+	hdr := make([]byte, headerLen)
+	var err error
+	for {
+		var h header
+		var body []byte
+		h, body, err = readFrame(c.conn, hdr)
+		if err != nil {
+			break
+		}
+		var m *message
+		if m, err = decodeMessage(body); err != nil {
+			break
+		}
+		if h.Seq == c.subSeq && m.Op == OpWatchRankDown {
+			switch {
+			case len(m.Values) == 0:
+				close(c.subAck)
+			case len(m.Values[0]) == 4:
+				c.watch.post(int(binary.LittleEndian.Uint32(m.Values[0])))
+			}
+			continue
+		}
+		c.mu.Lock()
+		ch := c.pending[h.Seq]
+		delete(c.pending, h.Seq)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- reply{h.Result, m}
+		}
+	}
+	c.fail(fmt.Errorf("%w: %v", ErrIO, err))
+}
+
+// fail ends the link with err: pending calls and later ones get it.
+func (c *tcpClient) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return
+	}
+	c.err = err
+	close(c.done)
+	_ = c.conn.Close()
+	for seq, ch := range c.pending {
+		delete(c.pending, seq)
+		ch <- reply{code: CodeIOError}
+	}
+}
+
+func (c *tcpClient) linkErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// call sends m and waits for its reply (or ctx, or the link's end).
+func (c *tcpClient) call(ctx context.Context, m *message) (Code, *message, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, nil, ctxErr(err)
+	}
+	ch := make(chan reply, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return 0, nil, err
+	}
+	seq := c.nextSeq()
+	c.pending[seq] = ch
+	c.mu.Unlock()
+	if err := c.write(m.frame(seq, CodeSuccess)); err != nil {
+		return 0, nil, err
+	}
+	select {
+	case r := <-ch:
+		if r.m == nil && r.code == CodeIOError {
+			return 0, nil, c.linkErr()
+		}
+		return r.code, r.m, nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.pending, seq)
+		c.mu.Unlock()
+		if m.Op == OpGet {
+			_ = c.write((&message{Op: opCancel, UserDef: int64(seq)}).frame(0, CodeSuccess)) // best effort: frees the parked Get
+		}
+		return 0, nil, ctxErr(ctx.Err())
+	}
+}
+
+// do runs one keyed operation and returns its first value.
+func (c *tcpClient) do(ctx context.Context, op Op, key string, userDef int64, vals ...[]byte) ([]byte, bool, error) {
+	if err := checkKey(key); err != nil {
+		return nil, false, err
+	}
+	for _, v := range vals {
+		if err := checkValue(v); err != nil {
+			return nil, false, err
+		}
+	}
+	code, m, err := c.call(ctx, &message{Op: op, UserDef: userDef, Keys: [][]byte{[]byte(key)}, Values: vals})
+	if err != nil {
+		return nil, false, err
+	}
+	if code != CodeSuccess {
+		msg := ""
+		if len(m.Values) > 0 {
+			msg = ": " + string(m.Values[0])
+		}
+		return nil, false, fmt.Errorf("%w: %s %q%s", errFor(code), opName(op), key, msg)
+	}
+	if len(m.Values) == 0 {
+		return nil, false, nil
+	}
+	return append([]byte(nil), m.Values[0]...), true, nil
+}
+
+func opName(op Op) string {
+	switch op {
+	case OpSet:
+		return "Set"
+	case OpGet:
+		return "Get"
+	case OpAdd:
+		return "Add"
+	case OpRemove:
+		return "Remove"
+	case OpAppend:
+		return "Append"
+	case OpCAS:
+		return "CompareAndSwap"
+	case OpWrite:
+		return "Write"
+	}
+	return "op " + strconv.Itoa(int(op))
+}
+
+func (c *tcpClient) Set(ctx context.Context, key string, value []byte) error {
+	_, _, err := c.do(ctx, OpSet, key, 0, value)
+	return err
+}
+
+func (c *tcpClient) Get(ctx context.Context, key string, wait time.Duration) ([]byte, error) {
+	ms := int64(0)
+	switch {
+	case wait < 0:
+		ms = -1
+	case wait > 0:
+		ms = int64((wait + time.Millisecond - 1) / time.Millisecond)
+	}
+	v, _, err := c.do(ctx, OpGet, key, ms)
+	if err == nil && v == nil {
+		v = []byte{}
+	}
+	return v, err
+}
+
+func (c *tcpClient) Add(ctx context.Context, key string, delta int64) (int64, error) {
+	v, _, err := c.do(ctx, OpAdd, key, 0, []byte(strconv.FormatInt(delta, 10)))
+	if err != nil {
+		return 0, err
+	}
+	return parseInt(v)
+}
+
+func parseInt(v []byte) (int64, error) {
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: reply %q is not a decimal integer", ErrInvalidMessage, v)
+	}
+	return n, nil
+}
+
+func (c *tcpClient) Append(ctx context.Context, key string, value []byte) (int64, error) {
+	v, _, err := c.do(ctx, OpAppend, key, 0, value)
+	if err != nil {
+		return 0, err
+	}
+	return parseInt(v)
+}
+
+func (c *tcpClient) CompareAndSwap(ctx context.Context, key string, expected, value []byte) ([]byte, error) {
+	v, ok, err := c.do(ctx, OpCAS, key, 0, expected, value)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return v, nil
+}
+
+func (c *tcpClient) Write(ctx context.Context, key string, offset uint32, value []byte) error {
+	b := make([]byte, 4+len(value))
+	binary.LittleEndian.PutUint32(b, offset)
+	copy(b[4:], value)
+	_, _, err := c.do(ctx, OpWrite, key, 0, b)
+	return err
+}
+
+func (c *tcpClient) Remove(ctx context.Context, key string) error {
+	_, _, err := c.do(ctx, OpRemove, key, 0)
+	return err
+}
+
+func (c *tcpClient) Rank() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rank
+}
+
+func (c *tcpClient) WorldSize() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.world
+}
+
+func (c *tcpClient) AssignRank(ctx context.Context) (int, error) {
+	v, _, err := c.do(ctx, OpGet, autoRankKey, 0)
+	if err != nil {
+		return NoRank, err
+	}
+	if len(v) != 4 {
+		return NoRank, fmt.Errorf("%w: rank reply of %d bytes", ErrInvalidMessage, len(v))
+	}
+	r := int(binary.LittleEndian.Uint32(v))
+	c.mu.Lock()
+	c.rank = r
+	c.mu.Unlock()
+	return r, nil
+}
+
+func (c *tcpClient) WatchRankDown(fn func(rank int)) func() { return c.watch.add(fn) }
+
+func (c *tcpClient) Close() error {
+	c.fail(fmt.Errorf("%w: client closed", ErrIO))
+	c.wg.Wait()
+	c.watch.close()
+	return nil
+}
+
+// rankWatchers delivers rank-down events to callbacks, in order, from one goroutine; the
+// queue is unbounded but holds at most one entry per lost link.
+type rankWatchers struct {
+	mu     sync.Mutex
+	fns    map[int]func(int)
+	next   int
+	queue  []int
+	closed bool
+	kick   chan struct{}
+	done   chan struct{}
+}
+
+func newRankWatchers() *rankWatchers {
+	w := &rankWatchers{fns: map[int]func(int){}, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	go w.loop() // owned by w: close stops and waits
+	return w
+}
+
+func (w *rankWatchers) add(fn func(int)) func() {
+	w.mu.Lock()
+	id := w.next
+	w.next++
+	w.fns[id] = fn
+	w.mu.Unlock()
+	return func() {
+		w.mu.Lock()
+		delete(w.fns, id)
+		w.mu.Unlock()
+	}
+}
+
+func (w *rankWatchers) post(rank int) {
+	w.mu.Lock()
+	w.queue = append(w.queue, rank)
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (w *rankWatchers) close() {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		<-w.done
+		return
+	}
+	w.closed = true
+	w.mu.Unlock()
+	close(w.kick)
+	<-w.done
+}
+
+func (w *rankWatchers) loop() {
+	defer close(w.done)
+	for range w.kick {
+		for {
+			w.mu.Lock()
+			if len(w.queue) == 0 {
+				w.mu.Unlock()
+				break
+			}
+			r := w.queue[0]
+			w.queue = w.queue[1:]
+			fns := make([]func(int), 0, len(w.fns))
+			for _, f := range w.fns {
+				fns = append(fns, f)
+			}
+			w.mu.Unlock()
+			for _, f := range fns {
+				f(r)
+			}
+		}
+	}
+}
+
+var _ Client = (*tcpClient)(nil)

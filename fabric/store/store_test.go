@@ -1,0 +1,28 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/hmc-go/hmc/fabric/store"
+	"github.com/hmc-go/hmc/fabric/store/storetest"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, etcdIgnores()...)
+}
+
+// embedded starts a fresh embedded server for one test.
+func embedded(t *testing.T) storetest.Opener {
+	srv, err := store.Listen("tcp://127.0.0.1:0", store.ServerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	return func(cfg store.Config) (store.Client, error) {
+		return store.Open(context.Background(), srv.URL(), cfg)
+	}
+}
+
+func TestEmbedded(t *testing.T) { storetest.Run(t, embedded) }
