@@ -101,7 +101,12 @@ func (c *tcpClient) handshake(ctx context.Context, conn net.Conn) error {
 		_ = conn.SetDeadline(dl)
 	}
 	if c.cfg.TLS != nil {
-		tc := tls.Client(conn, c.cfg.TLS)
+		tcfg := c.cfg.TLS
+		if tcfg.ServerName == "" { // verify the store's certificate against the address dialled
+			tcfg = tcfg.Clone()
+			tcfg.ServerName, _, _ = net.SplitHostPort(conn.RemoteAddr().String())
+		}
+		tc := tls.Client(conn, tcfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return fmt.Errorf("%w: TLS with the store: %v", ErrAuth, err)
 		}

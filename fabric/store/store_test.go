@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"github.com/hmc-go/hmc/fabric/store"
@@ -10,6 +11,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("HMC_STORE_CHILD") == "1" {
+		storeChild()
+	}
 	goleak.VerifyTestMain(m, etcdIgnores()...)
 }
 
