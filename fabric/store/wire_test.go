@@ -194,9 +194,9 @@ func TestServerDropsBadLinksOnly(t *testing.T) {
 	// Semantically bad requests get an error reply, the link stays.
 	c = rawLink(t, srv)
 	for _, m := range []*message{
-		{Op: OpSet, Keys: [][]byte{[]byte("k")}},                                  // no value
-		{Op: OpGet},                                                               // no key
-		{Op: 77, Keys: [][]byte{[]byte("k")}},                                     // unknown op
+		{Op: OpSet, Keys: [][]byte{[]byte("k")}}, // no value
+		{Op: OpGet},                              // no key
+		{Op: 77, Keys: [][]byte{[]byte("k")}},    // unknown op
 		{Op: OpAdd, Keys: [][]byte{[]byte("k")}, Values: [][]byte{[]byte("one")}}, // not a number
 		{Op: OpWrite, Keys: [][]byte{[]byte("k")}, Values: [][]byte{{1}}},         // no offset
 	} {
