@@ -7,6 +7,7 @@ import (
 
 	"github.com/hmc-go/hmc/fabric/store"
 	"github.com/hmc-go/hmc/fabric/store/storetest"
+	"github.com/hmc-go/hmc/internal/etcdtest"
 	"go.uber.org/goleak"
 )
 
@@ -14,7 +15,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("HMC_STORE_CHILD") == "1" {
 		storeChild()
 	}
-	goleak.VerifyTestMain(m, etcdIgnores()...)
+	goleak.VerifyTestMain(m, etcdtest.IgnoreGoroutines()...)
 }
 
 // embedded starts a fresh embedded server for one test.

@@ -1,0 +1,441 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hmc-go/hmc/fabric/store"
+	"github.com/hmc-go/hmc/status"
+)
+
+// Config configures a Group.
+type Config struct {
+	// Size > 0 makes a static group of ranks 0..Size-1; 0 makes a dynamic group (Join/Leave).
+	Size int
+	// Timeout is the deadline of a wait whose context has none. Default 120 s.
+	Timeout time.Duration
+	// Logger receives membership events; nil discards them.
+	Logger *slog.Logger
+}
+
+// View is a group's membership at one version.
+type View struct {
+	Version int64
+	Members []int // sorted ranks
+}
+
+// Size returns the number of members.
+func (v View) Size() int { return len(v.Members) }
+
+// Has says whether rank is a member.
+func (v View) Has(rank int) bool { _, ok := slices.BinarySearch(v.Members, rank); return ok }
+
+// Index returns rank's position in Members, or -1.
+func (v View) Index(rank int) int {
+	if i, ok := slices.BinarySearch(v.Members, rank); ok {
+		return i
+	}
+	return -1
+}
+
+// MemberDownError reports a member that died during a collective or before it.
+type MemberDownError struct {
+	Rank int
+	Op   string
+}
+
+func (e *MemberDownError) Error() string {
+	return fmt.Sprintf("group: %s: member rank %d is down", e.Op, e.Rank)
+}
+
+// Unwrap makes a MemberDownError a status.ErrPeerClosed.
+func (e *MemberDownError) Unwrap() error { return status.ErrPeerClosed }
+
+// ErrNotMember is returned by collectives of a rank outside the current view.
+var ErrNotMember = fmt.Errorf("%w: group: this rank is not a member", status.ErrInvalidConfig)
+
+// Group is one process's handle on a named group. Its methods are safe for concurrent use, but
+// collectives of one group must be called in the same order by all members.
+type Group struct {
+	st      store.Client // prefixed with the group's name
+	rank    int
+	cfg     Config
+	static  bool
+	log     *slog.Logger
+	stopRD  func()
+	ctx     context.Context // ends at Close
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	changes chan struct{} // kicks the membership goroutine
+
+	mu      sync.Mutex
+	view    View
+	coll    *collective // rounds of the current view
+	down    map[int]bool
+	waits   map[*wait]struct{}
+	onView  map[int]func(old, new View)
+	nextFn  int
+	pending []int // dead ranks to remove from the view
+	viewCh  chan struct{}
+}
+
+// wait is a collective in progress: it fails when one of its members goes down.
+type wait struct {
+	members []int
+	fail    func(rank int)
+}
+
+// New opens the group name on store client c (whose rank is this member's rank).
+func New(ctx context.Context, c store.Client, name string, cfg Config) (*Group, error) {
+	if c.Rank() == store.NoRank {
+		return nil, fmt.Errorf("%w: group %q: the store client has no rank", status.ErrInvalidConfig, name)
+	}
+	if name == "" || len(name) > 64 || strings.ContainsAny(name, "/") {
+		return nil, fmt.Errorf("%w: group name %q (1..64 bytes, no '/')", status.ErrInvalidConfig, name)
+	}
+	if cfg.Size < 0 || cfg.Size > store.MaxWorldSize {
+		return nil, fmt.Errorf("%w: group size %d", status.ErrInvalidConfig, cfg.Size)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 120 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	gctx, cancel := context.WithCancel(context.Background())
+	g := &Group{st: store.Prefixed(c, "group/"+name+"/"), rank: c.Rank(), cfg: cfg, static: cfg.Size > 0,
+		log: cfg.Logger, ctx: gctx, cancel: cancel, changes: make(chan struct{}, 1),
+		down: map[int]bool{}, waits: map[*wait]struct{}{}, onView: map[int]func(old, new View){},
+		viewCh: make(chan struct{})}
+	if g.static {
+		if g.rank >= cfg.Size {
+			cancel()
+			return nil, fmt.Errorf("%w: rank %d outside static group of %d", status.ErrInvalidConfig, g.rank, cfg.Size)
+		}
+		g.view = View{Members: make([]int, cfg.Size)}
+		for i := range g.view.Members {
+			g.view.Members[i] = i
+		}
+	} else {
+		v, err := g.latest(ctx, View{})
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		g.view = v
+	}
+	g.coll = g.newCollective("c/"+strconv.FormatInt(g.view.Version, 10)+"/", g.view.Members)
+	g.stopRD = c.WatchRankDown(g.rankDown)
+	if !g.static {
+		g.wg.Add(2)
+		go g.follow()  // owned by g: Close cancels and waits
+		go g.removal() // owned by g
+	}
+	return g, nil
+}
+
+// Rank returns this member's rank.
+func (g *Group) Rank() int { return g.rank }
+
+// View returns the current view.
+func (g *Group) View() View {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return View{Version: g.view.Version, Members: slices.Clone(g.view.Members)}
+}
+
+// OnViewChange registers fn, called (one at a time, in version order, from the group's
+// goroutine) after each view change this member adopts. cancel unregisters it.
+func (g *Group) OnViewChange(fn func(old, new View)) (cancel func()) {
+	g.mu.Lock()
+	id := g.nextFn
+	g.nextFn++
+	g.onView[id] = fn
+	g.mu.Unlock()
+	return func() {
+		g.mu.Lock()
+		delete(g.onView, id)
+		g.mu.Unlock()
+	}
+}
+
+// WaitView waits until the current view satisfies ok and returns it.
+func (g *Group) WaitView(ctx context.Context, ok func(View) bool) (View, error) {
+	ctx, cancel := g.deadline(ctx)
+	defer cancel()
+	for {
+		g.mu.Lock()
+		v, ch := g.view, g.viewCh
+		g.mu.Unlock()
+		if ok(v) {
+			return View{Version: v.Version, Members: slices.Clone(v.Members)}, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return v, fmt.Errorf("group: waiting for a view: %w", status.ContextError(ctx.Err()))
+		}
+	}
+}
+
+// Close stops following the group (it does not Leave). Collectives in progress fail.
+func (g *Group) Close() error {
+	g.stopRD()
+	g.cancel()
+	g.wg.Wait()
+	return nil
+}
+
+func (g *Group) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, g.cfg.Timeout)
+}
+
+// ---- dynamic membership ----
+
+func encodeMembers(m []int) []byte {
+	parts := make([]string, len(m))
+	for i, r := range m {
+		parts[i] = strconv.Itoa(r)
+	}
+	return []byte("m:" + strings.Join(parts, ","))
+}
+
+func decodeMembers(b []byte) ([]int, error) {
+	s, ok := strings.CutPrefix(string(b), "m:")
+	if !ok {
+		return nil, fmt.Errorf("%w: group view %q", store.ErrInvalidMessage, b)
+	}
+	if s == "" {
+		return nil, nil
+	}
+	var m []int
+	for _, p := range strings.Split(s, ",") {
+		r, err := strconv.Atoi(p)
+		if err != nil || r < 0 || r >= store.MaxWorldSize {
+			return nil, fmt.Errorf("%w: group view %q", store.ErrInvalidMessage, b)
+		}
+		m = append(m, r)
+	}
+	return m, nil
+}
+
+func viewKey(v int64) string { return "view/" + strconv.FormatInt(v, 10) }
+
+// latest reads the newest view, starting from the version hint and probing forward.
+func (g *Group) latest(ctx context.Context, from View) (View, error) {
+	v := from
+	hint, err := g.st.Add(ctx, "ver", 0)
+	if err != nil {
+		return v, err
+	}
+	next := max(hint, v.Version)
+	if next > v.Version {
+		b, err := g.st.Get(ctx, viewKey(next), 0)
+		if err != nil {
+			return v, err
+		}
+		m, err := decodeMembers(b)
+		if err != nil {
+			return v, err
+		}
+		v = View{Version: next, Members: m}
+	}
+	for {
+		b, err := g.st.Get(ctx, viewKey(v.Version+1), 0)
+		if errors.Is(err, store.ErrNotExist) {
+			return v, nil
+		}
+		if err != nil {
+			return v, err
+		}
+		m, err := decodeMembers(b)
+		if err != nil {
+			return v, err
+		}
+		v = View{Version: v.Version + 1, Members: m}
+	}
+}
+
+// change applies modify to the newest view until a new version is created or modify declines;
+// it returns the view that holds afterwards.
+func (g *Group) change(ctx context.Context, modify func([]int) ([]int, bool)) (View, error) {
+	if g.static {
+		return View{}, fmt.Errorf("%w: a static group has fixed members", status.ErrUnsupported)
+	}
+	v := g.View()
+	for {
+		var err error
+		if v, err = g.latest(ctx, v); err != nil {
+			return v, err
+		}
+		m, changed := modify(slices.Clone(v.Members))
+		if !changed {
+			return v, nil
+		}
+		slices.Sort(m)
+		prev, err := g.st.CompareAndSwap(ctx, viewKey(v.Version+1), nil, encodeMembers(m))
+		if err != nil {
+			return v, err
+		}
+		if prev == nil { // ours: version v+1 is this change
+			nv := View{Version: v.Version + 1, Members: m}
+			if err := g.st.Set(ctx, "ver", []byte(strconv.FormatInt(nv.Version, 10))); err != nil {
+				return nv, err
+			}
+			g.adopt(nv)
+			return nv, nil
+		}
+	}
+}
+
+// Join adds this rank to the group and returns the new view (a member already is one).
+func (g *Group) Join(ctx context.Context) (View, error) {
+	ctx, cancel := g.deadline(ctx)
+	defer cancel()
+	v, err := g.change(ctx, func(m []int) ([]int, bool) {
+		if slices.Contains(m, g.rank) {
+			return m, false
+		}
+		if len(m) >= store.MaxWorldSize {
+			return m, false
+		}
+		return append(m, g.rank), true
+	})
+	if err == nil && !v.Has(g.rank) {
+		err = fmt.Errorf("%w: group is full (%d members)", store.ErrFailed, v.Size())
+	}
+	return v, err
+}
+
+// Leave removes this rank from the group and returns the new view.
+func (g *Group) Leave(ctx context.Context) (View, error) {
+	ctx, cancel := g.deadline(ctx)
+	defer cancel()
+	return g.change(ctx, func(m []int) ([]int, bool) {
+		i := slices.Index(m, g.rank)
+		if i < 0 {
+			return m, false
+		}
+		return slices.Delete(m, i, i+1), true
+	})
+}
+
+// adopt makes v the current view if it is newer, and runs the callbacks.
+func (g *Group) adopt(v View) {
+	g.mu.Lock()
+	if v.Version <= g.view.Version {
+		g.mu.Unlock()
+		return
+	}
+	old := g.view
+	g.view = v
+	for r := range g.down {
+		if !v.Has(r) { // removed: a process that takes the rank again is a new member
+			delete(g.down, r)
+		}
+	}
+	g.coll = g.newCollective("c/"+strconv.FormatInt(v.Version, 10)+"/", v.Members)
+	close(g.viewCh)
+	g.viewCh = make(chan struct{})
+	fns := make([]func(old, new View), 0, len(g.onView))
+	for _, f := range g.onView {
+		fns = append(fns, f)
+	}
+	g.mu.Unlock()
+	g.log.Info("group: view", "version", v.Version, "members", v.Members)
+	for _, f := range fns {
+		f(old, v)
+	}
+}
+
+// follow adopts every new view version as it is created.
+func (g *Group) follow() {
+	defer g.wg.Done()
+	for {
+		cur := g.View()
+		b, err := g.st.Get(g.ctx, viewKey(cur.Version+1), store.Forever)
+		if g.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			g.log.Warn("group: following views", "err", err)
+			select {
+			case <-g.ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		m, err := decodeMembers(b)
+		if err != nil {
+			g.log.Warn("group: bad view", "err", err)
+			return
+		}
+		g.adopt(View{Version: cur.Version + 1, Members: m})
+	}
+}
+
+// rankDown is the store's rank-down callback.
+func (g *Group) rankDown(r int) {
+	g.mu.Lock()
+	g.down[r] = true
+	var fails []func(int)
+	for w := range g.waits {
+		if slices.Contains(w.members, r) {
+			fails = append(fails, w.fail)
+		}
+	}
+	if !g.static {
+		g.pending = append(g.pending, r)
+	}
+	g.mu.Unlock()
+	for _, f := range fails {
+		f(r)
+	}
+	if !g.static {
+		select {
+		case g.changes <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// removal takes dead ranks out of the view (every live member races; one new view results).
+func (g *Group) removal() {
+	defer g.wg.Done()
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-g.changes:
+		}
+		g.mu.Lock()
+		dead := g.pending
+		g.pending = nil
+		g.mu.Unlock()
+		if len(dead) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(g.ctx, g.cfg.Timeout)
+		_, err := g.change(ctx, func(m []int) ([]int, bool) {
+			n := slices.DeleteFunc(m, func(r int) bool { return slices.Contains(dead, r) })
+			return n, len(n) != len(m)
+		})
+		cancel()
+		if err != nil && g.ctx.Err() == nil {
+			g.log.Warn("group: removing dead ranks", "ranks", dead, "err", err)
+		} else if err == nil {
+			g.log.Info("group: dead ranks removed", "ranks", dead)
+		}
+	}
+}
