@@ -26,6 +26,18 @@ func child() int {
 		return 1
 	}
 	defer c.Close()
+	if mode == "join" { // joins the dynamic group "dyn", then waits to be killed
+		g, err := group.New(ctx, c, "dyn", group.Config{})
+		if err == nil {
+			_, err = g.Join(ctx)
+		}
+		if err != nil {
+			fmt.Println("join:", err)
+			return 1
+		}
+		fmt.Println("JOINED", c.Rank())
+		select {}
+	}
 	g, err := group.New(ctx, c, "procs", group.Config{Size: world})
 	if err != nil {
 		fmt.Println("group:", err)

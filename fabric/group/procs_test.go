@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hmc-go/hmc/fabric/group"
 	"github.com/hmc-go/hmc/fabric/store"
 )
 
@@ -101,4 +102,45 @@ func TestProcessKilledMidBarrier(t *testing.T) {
 			t.Fatalf("survivor: %q, want %q", l, want)
 		}
 	}
+}
+
+// A process killed right after its join is removed from the view by the survivors.
+func TestProcessKilledAfterJoin(t *testing.T) {
+	srv, err := store.Listen("tcp://127.0.0.1:0", store.ServerConfig{WorldSize: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	var gs []*group.Group
+	for range 2 {
+		c := mustOpen(t, srv.URL(), store.Config{Ranking: store.Auto, WorldSize: 8})
+		g := newGroup(t, c, "dyn", group.Config{})
+		if _, err := g.Join(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		gs = append(gs, g)
+	}
+	p := spawn(t, srv.URL(), "join", 8)
+	var r int
+	if l := p.line(); !strings.HasPrefix(l, "JOINED") {
+		t.Fatalf("child: %q", l)
+	} else {
+		_, _ = fmt.Sscanf(l, "JOINED %d", &r)
+	}
+	for _, g := range gs {
+		if _, err := g.WaitView(ctx(t), func(v group.View) bool { return v.Has(r) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = p.cmd.Process.Kill()
+	for _, g := range gs {
+		v, err := g.WaitView(ctx(t), func(v group.View) bool { return !v.Has(r) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Size() != 2 {
+			t.Fatalf("view after the death: %+v", v)
+		}
+	}
+	all(t, 2, func(i int) error { return gs[i].Barrier(ctx(t)) })
 }
