@@ -1,5 +1,5 @@
 // Command hmc is HMC-Go's command line: `hmc bench` measures transfers between two processes,
-// `hmc info` lists the memory types and transports usable here, `hmc version` prints the build.
+// `hmc store` serves and benchmarks the config store, `hmc info` lists the memory types and transports usable here, `hmc version` prints the build.
 package main
 
 import (
@@ -26,7 +26,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(benchCmd(), infoCmd(), &cobra.Command{
+	root.AddCommand(benchCmd(), infoCmd(), storeCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "hmc", version) },

@@ -39,3 +39,21 @@ func TestBenchFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestStoreBench(t *testing.T) {
+	out, err := run(t, "store", "bench", "--clients", "2", "--ranks", "4", "--duration", "50ms", "--rounds", "2")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"embedded   set", "embedded   cas", "embedded   barrier", "embedded   allgather"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q row:\n%s", want, out)
+		}
+	}
+	if _, err := run(t, "store", "bench", "--clients", "x"); err == nil {
+		t.Error("bad --clients accepted")
+	}
+	if _, err := run(t, "store", "serve", "--listen", "udp://1.2.3.4:5"); err == nil {
+		t.Error("bad --listen accepted")
+	}
+}

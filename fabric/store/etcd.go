@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -344,22 +345,48 @@ func (e *etcdClient) Get(ctx context.Context, key string, wait time.Duration) ([
 		if wait == 0 {
 			return nil, fmt.Errorf("%w: Get %q", ErrNotExist, key)
 		}
-		wctx, cancel := context.WithCancel(ctx)
-		wch := e.cli.Watch(wctx, e.k(key), clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterDelete())
-		for wr := range wch {
-			if wr.Err() != nil {
-				break // compacted or canceled: read again
-			}
-			for _, ev := range wr.Events {
-				cancel()
-				return append([]byte{}, ev.Kv.Value...), nil
-			}
+		if v, ok, err := e.waitCreated(ctx, key); ok || err != nil {
+			return v, err
 		}
-		cancel()
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("Get %q: %w", key, ctxErr(ctx.Err()))
 		}
 	}
+}
+
+// waitCreated watches key from now on and returns its value once it exists. The watch starts
+// at the current revision (a watch from an older revision is served by etcd's unsynced-watcher
+// loop, every 100 ms); a read after the watch is in place catches a creation in between.
+// ok false with no error: the watch broke, read again.
+func (e *etcdClient) waitCreated(ctx context.Context, key string) ([]byte, bool, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := e.cli.Watch(wctx, e.k(key), clientv3.WithCreatedNotify(), clientv3.WithFilterDelete())
+	first := true
+	for wr := range wch {
+		if wr.Err() != nil {
+			return nil, false, nil
+		}
+		if first && wr.Created {
+			first = false
+			var resp *clientv3.GetResponse
+			err := e.retry(ctx, func(actx context.Context) (err error) {
+				resp, err = e.cli.Get(actx, e.k(key))
+				return err
+			})
+			if err != nil {
+				return nil, false, e.wrap("Get", key, err)
+			}
+			if len(resp.Kvs) > 0 {
+				return append([]byte{}, resp.Kvs[0].Value...), true, nil
+			}
+			continue
+		}
+		for _, ev := range wr.Events {
+			return append([]byte{}, ev.Kv.Value...), true, nil
+		}
+	}
+	return nil, false, nil
 }
 
 // update runs an exactly-once read-modify-write of key: fn sees the current value (nil, false
@@ -372,7 +399,7 @@ func (e *etcdClient) update(ctx context.Context, op, key string, fn func(old []b
 	k := e.k(key)
 	unsure := map[string]any{} // tokens of attempts whose fate is unknown → their result
 	backoff := 20 * time.Millisecond
-	for {
+	for conflicts := 0; ; {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("%s %q: %w", op, key, ctxErr(err))
 		}
@@ -382,12 +409,22 @@ func (e *etcdClient) update(ctx context.Context, op, key string, fn func(old []b
 		if done || (err != nil && !transient(err)) {
 			return res, e.wrap(op, key, err)
 		}
-		if err != nil {
+		var pause time.Duration
+		switch {
+		case err != nil:
+			pause = backoff
+			backoff = min(2*backoff, 500*time.Millisecond)
+		case conflicts > 0: // lost a race again: spread the contenders out
+			pause = time.Duration(mrand.Int64N(int64(min(conflicts, 16)) * int64(time.Millisecond)))
+			conflicts++
+		default:
+			conflicts++
+		}
+		if pause > 0 {
 			select {
 			case <-ctx.Done():
-			case <-time.After(backoff):
+			case <-time.After(pause):
 			}
-			backoff = min(2*backoff, 500*time.Millisecond)
 		}
 	}
 }

@@ -144,9 +144,17 @@ func Open(ctx context.Context, url string, cfg Config) (Client, error) {
 		if err != nil {
 			return nil, err
 		}
-		return dialTCP(ctx, addr, c)
+		tc, err := dialTCP(ctx, addr, c)
+		if err != nil {
+			return nil, err
+		}
+		return tc, nil
 	case "etcd":
-		return openEtcd(ctx, rest, c)
+		ec, err := openEtcd(ctx, rest, c)
+		if err != nil {
+			return nil, err
+		}
+		return ec, nil
 	}
 	return nil, fmt.Errorf("%w: store url %q: unknown scheme %q", ErrInvalidKey, url, scheme)
 }

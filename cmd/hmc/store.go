@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hmc-go/hmc/bench"
+	"github.com/hmc-go/hmc/fabric/store"
+)
+
+func storeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "store",
+		Short: "The config store: serve it, or benchmark it and the group engine",
+	}
+	cmd.AddCommand(storeServeCmd(), storeBenchCmd())
+	return cmd
+}
+
+func storeServeCmd() *cobra.Command {
+	var listen, secretFile, cert, key, ca string
+	var world int
+	var linkTimeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run an embedded config store until interrupted",
+		Example: `  hmc store serve --listen tcp://127.0.0.1:7000 --world 8
+  hmc store serve --listen tcp://[::1]:7000 --secret-file job.secret
+  hmc store serve --listen tcp://127.0.0.1:7000 --tls-cert store.pem --tls-key store.key --tls-ca ca.pem`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := store.ServerConfig{WorldSize: world, LinkTimeout: linkTimeout,
+				Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))}
+			if secretFile != "" {
+				b, err := os.ReadFile(secretFile)
+				if err != nil {
+					return err
+				}
+				cfg.Secret = []byte(strings.TrimSpace(string(b)))
+			}
+			if cert != "" || key != "" {
+				pair, err := tls.LoadX509KeyPair(cert, key)
+				if err != nil {
+					return fmt.Errorf("TLS key pair: %w", err)
+				}
+				cfg.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+				if ca != "" {
+					pem, err := os.ReadFile(ca)
+					if err != nil {
+						return err
+					}
+					pool := x509.NewCertPool()
+					if !pool.AppendCertsFromPEM(pem) {
+						return fmt.Errorf("no certificate in %s", ca)
+					}
+					cfg.TLS.ClientCAs, cfg.TLS.ClientAuth = pool, tls.RequireAndVerifyClientCert
+				}
+			}
+			srv, err := store.Listen(listen, cfg)
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+			fmt.Fprintln(cmd.OutOrStdout(), "serving", srv.URL())
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			<-ctx.Done()
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&listen, "listen", "tcp://127.0.0.1:7000", "tcp://ip:port (IPv6 in brackets; port 0 picks one)")
+	fl.IntVar(&world, "world", 0, "world size for ranks (0: the first ranked client's)")
+	fl.StringVar(&secretFile, "secret-file", "", "demand this shared secret from every client (HMAC challenge)")
+	fl.StringVar(&cert, "tls-cert", "", "serve TLS 1.3 with this certificate (PEM)")
+	fl.StringVar(&key, "tls-key", "", "the certificate's private key (PEM)")
+	fl.StringVar(&ca, "tls-ca", "", "require client certificates signed by this CA (mutual TLS)")
+	fl.DurationVar(&linkTimeout, "link-timeout", 8*time.Second, "drop a client silent this long (its rank is reported down)")
+	return cmd
+}
+
+func storeBenchCmd() *cobra.Command {
+	var etcdURL, clients, ranks string
+	var startEtcd, noEmbedded, jsonOut bool
+	var dur time.Duration
+	var rounds int
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure store ops/s and barrier/allgather latency (embedded server and etcd, same run)",
+		Example: `  hmc store bench --start-etcd
+  hmc store bench --etcd etcd://127.0.0.1:2379 --ranks 8,64 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			cfg := bench.StoreConfig{Duration: dur, Rounds: rounds}
+			var err error
+			if cfg.Clients, err = ints(clients); err != nil {
+				return err
+			}
+			if cfg.Ranks, err = ints(ranks); err != nil {
+				return err
+			}
+			if !noEmbedded {
+				cfg.Backends = append(cfg.Backends, bench.EmbeddedBackend())
+			}
+			if startEtcd {
+				url, stopEtcd, err := runLocalEtcd(ctx)
+				if err != nil {
+					return err
+				}
+				defer stopEtcd()
+				etcdURL = url
+			}
+			if etcdURL != "" {
+				cfg.Backends = append(cfg.Backends, bench.EtcdBackend(etcdURL))
+			}
+			if len(cfg.Backends) == 0 {
+				return fmt.Errorf("nothing to measure: --no-embedded without --etcd or --start-etcd")
+			}
+			var rows []bench.StoreResult
+			err = bench.StoreRun(ctx, cfg, func(r bench.StoreResult) {
+				if jsonOut {
+					_ = bench.WriteStoreJSON(cmd.OutOrStdout(), r)
+				} else {
+					fmt.Fprintf(cmd.ErrOrStderr(), "  %s %s done\n", r.Backend, r.Op)
+				}
+				rows = append(rows, r)
+			})
+			if !jsonOut {
+				bench.WriteStoreTable(cmd.OutOrStdout(), rows)
+			}
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&etcdURL, "etcd", "", "also measure this etcd cluster (etcd://host:port[,host:port]); a fresh namespace is used")
+	fl.BoolVar(&startEtcd, "start-etcd", false, "start a one-member etcd (the etcd binary, loopback, temporary directory) and measure it")
+	fl.BoolVar(&noEmbedded, "no-embedded", false, "do not measure the embedded server")
+	fl.StringVar(&clients, "clients", "1,16", "concurrent clients for Set/Get/Add/CAS")
+	fl.StringVar(&ranks, "ranks", "8,64,256", "group sizes for barrier/allgather (goroutine members)")
+	fl.DurationVar(&dur, "duration", time.Second, "time per primitive op")
+	fl.IntVar(&rounds, "rounds", 20, "timed barriers and allgathers per group size")
+	fl.BoolVar(&jsonOut, "json", false, "one JSON object per line instead of a table")
+	return cmd
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("bad count %q in %q", f, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// runLocalEtcd starts a one-member etcd on free loopback ports in a temporary directory.
+func runLocalEtcd(ctx context.Context) (string, func(), error) {
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		return "", nil, fmt.Errorf("--start-etcd: no etcd binary (apt-get install etcd-server): %w", err)
+	}
+	dir, err := os.MkdirTemp("", "hmc-etcd-")
+	if err != nil {
+		return "", nil, err
+	}
+	port := func() int {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port
+	}
+	client, peer := fmt.Sprintf("127.0.0.1:%d", port()), fmt.Sprintf("127.0.0.1:%d", port())
+	cmd := exec.Command(bin, "--name", "bench", "--data-dir", filepath.Join(dir, "data"),
+		"--listen-client-urls", "http://"+client, "--advertise-client-urls", "http://"+client,
+		"--listen-peer-urls", "http://"+peer, "--initial-advertise-peer-urls", "http://"+peer,
+		"--initial-cluster", "bench=http://"+peer)
+	logf, err := os.Create(filepath.Join(dir, "etcd.log"))
+	if err != nil {
+		return "", nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop := func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = logf.Close()
+		_ = os.RemoveAll(dir)
+	}
+	url := "etcd://" + client
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := store.Open(wctx, url+"/ready", store.Config{})
+	if err == nil {
+		err = c.Set(wctx, "up", []byte("1"))
+		_ = c.Close()
+	}
+	if err != nil {
+		stop()
+		return "", nil, fmt.Errorf("local etcd did not come up (log in %s): %w", dir, err)
+	}
+	return url, stop, nil
+}
