@@ -43,7 +43,7 @@ func run(t *testing.T, ct transport.ConnType, w int, algo Algo) {
 	sendOff, recvOff := uint64(0), uint64(w*block)
 	scratch := uint64(2 * w * block)
 	size := scratch + ScratchSize(w, block) + 1
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	comms := make([]*comm.Communicator, w)
 	members := make([]Member, w)
@@ -88,10 +88,15 @@ func run(t *testing.T, ct transport.ConnType, w int, algo Algo) {
 		})
 	}
 	wg.Wait()
+	failed := false
 	for r, err := range errs {
 		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
+			t.Errorf("rank %d: %v", r, err)
+			failed = true
 		}
+	}
+	if failed {
+		t.FailNow()
 	}
 	for r := range w {
 		b := comms[r].Buffer().Bytes()

@@ -70,10 +70,8 @@ func (s *server) serve(c *net.UnixConn) {
 		s.t.cfg.Logger.Warn("shm: bad hello", "err", err)
 		return
 	}
-	if _, _, err := c.WriteMsgUnix(s.offer, unix.UnixRights(s.fd), nil); err != nil {
-		return
-	}
-	_ = c.SetDeadline(time.Time{})
+	// The peer is recorded before the offer goes out: once the initiator's Dial returns, this
+	// side knows it (a control message the initiator sends next may be answered with a put back).
 	if s.onAccept != nil {
 		ip := h.ip
 		if ip == "" {
@@ -81,6 +79,10 @@ func (s *server) serve(c *net.UnixConn) {
 		}
 		s.onAccept(transport.PeerInfo{Rank: h.rank, IP: ip, ListenPort: int(h.listenPort)})
 	}
+	if _, _, err := c.WriteMsgUnix(s.offer, unix.UnixRights(s.fd), nil); err != nil {
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
 	var one [1]byte
 	for { // the initiator never sends more; this returns when it closes or Close closes c
 		if _, err := c.Read(one[:]); err != nil {

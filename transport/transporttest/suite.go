@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,6 +47,7 @@ func Run(t *testing.T, o Options) {
 	t.Run("Cancel", func(t *testing.T) { testCancel(t, o) })
 	t.Run("CloseWithOpsInFlight", func(t *testing.T) { testCloseInFlight(t, o) })
 	t.Run("TargetGone", func(t *testing.T) { testTargetGone(t, o) })
+	t.Run("AcceptedBeforeDialReturns", func(t *testing.T) { testAcceptedFirst(t, o) })
 }
 
 // Pair is a target region served by a transport and an initiator endpoint to it.
@@ -348,4 +350,28 @@ func SizeName(n uint64) string {
 		return fmt.Sprintf("%dKiB", n>>10)
 	}
 	return fmt.Sprintf("%dB", n)
+}
+
+// testAcceptedFirst: when Dial returns, the server has already reported the initiator through
+// OnAccept (a control message sent right after may be answered by a put back to it).
+func testAcceptedFirst(t *testing.T, o Options) {
+	tr := o.New(t)
+	for i := range 20 {
+		var accepted atomic.Bool
+		srv, err := tr.Listen(transport.ServerConfig{BindAddr: o.addr(t), Region: newBuf(t, 4096),
+			OnAccept: func(transport.PeerInfo) { accepted.Store(true) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep, err := tr.Dial(ctx10(t), transport.DialConfig{Addr: srv.Addr(), Local: newBuf(t, 4096), Rank: 1, ListenPort: 1234, Lanes: o.Lanes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := accepted.Load()
+		_ = ep.Close()
+		_ = srv.Close()
+		if !ok {
+			t.Fatalf("dial %d returned before the server's OnAccept", i)
+		}
+	}
 }
