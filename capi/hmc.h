@@ -206,6 +206,30 @@ int hmc_group_alltoall(uint64_t group, int algo, uint64_t send_off, uint64_t rec
 uint64_t hmc_group_scratch_size(int world, uint64_t block);
 int hmc_group_destroy(uint64_t group);
 
+/* ---- Config store and store groups (fabric/store, fabric/group) ----
+ * url: "tcp://ip:port" (the embedded store) or "etcd://host:port[,host:port][/namespace]".
+ * rank: >= 0 explicit, -1 automatic (lowest free rank below world), -2 none.
+ * serve != 0: start the embedded store on url when the address is free (the first process to
+ * get there serves; keep its handle open until the job ends), connect either way.
+ * Status returns as above: TIMEOUT, NOT_FOUND (absent key), INVALID_CONFIG (bad argument, or a
+ * buffer too small: *len / *outlen then says how much is needed), ERROR (store lost, rank taken). */
+int hmc_store_open(const char *url, int rank, int world, int timeout_ms, int serve, uint64_t *out);
+int hmc_store_rank(uint64_t store, int *rank, int *serving);
+int hmc_store_set(uint64_t store, const char *key, const void *value, uint64_t len, int timeout_ms);
+/* wait_ms: 0 = absent is NOT_FOUND at once, > 0 = wait that long for the key, < 0 = until timeout_ms. */
+int hmc_store_get(uint64_t store, const char *key, int wait_ms, void *buf, uint64_t cap, uint64_t *len,
+                  int timeout_ms);
+int hmc_store_add(uint64_t store, const char *key, int64_t delta, int64_t *value, int timeout_ms);
+int hmc_store_close(uint64_t store);
+/* A static group of ranks 0..size-1 (this store client's rank among them). A member that dies
+ * turns a barrier or allgather into ERROR naming its rank (hmc_last_error). */
+int hmc_store_group_open(uint64_t store, const char *name, int size, int timeout_ms, uint64_t *out);
+int hmc_store_group_barrier(uint64_t group, int timeout_ms);
+/* out receives, in rank order, per member: uint32 little-endian length, then the bytes. */
+int hmc_store_group_allgather(uint64_t group, const void *data, uint64_t len, void *out, uint64_t cap,
+                              uint64_t *outlen, int timeout_ms);
+int hmc_store_group_close(uint64_t group);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,12 +1,15 @@
 """Collectives over HMC sessions (upstream's ``hmc.collective``), implemented in Go.
 
 Members rendezvous through ``torch.distributed`` when it is initialised (``all_gather_object``),
-else from an explicit member list. ``alltoall`` stages the send payload into the session's
+else through the config store (``store=`` URL or ``hmc.store.Store``, or ``HMC_STORE_URL`` and
+``HMC_WORLD_SIZE`` in the environment), else from an explicit member list. ``alltoall`` stages the send payload into the session's
 buffer, runs the Go all-to-all (``direct``, or a ``ring`` that really is an all-to-all), and
 copies the receive area out.
 """
 
 import ctypes
+import json
+import os
 from dataclasses import asdict, dataclass
 
 from . import ConnType, DEFAULT_TIMEOUT, _check, _dest, _ms, _source
@@ -73,25 +76,63 @@ class Group:
         if self._h:
             _check(_L.hmc_group_destroy(self._h), "group destroy")
             self._h = 0
+        st, self._store = getattr(self, "_store", None), None
+        if st is not None:
+            st.close()
 
 
-def init_group(*, session, my_ip, rank=None, members=None, conn=ConnType.AUTO, timeout=DEFAULT_TIMEOUT):
+def init_group(*, session, my_ip, rank=None, members=None, conn=ConnType.AUTO, timeout=DEFAULT_TIMEOUT,
+               store=None, world=None):
     """Makes the group. ``session`` must already serve (``init_server``). Members come from
-    ``members`` (GroupMember list, or dicts) or, when torch.distributed is initialised, from an
-    all-gather of every rank's address."""
+    ``members`` (GroupMember list, or dicts); else, when torch.distributed is initialised, from an
+    all-gather of every rank's address; else from the config store: ``store`` (a URL or an
+    ``hmc.store.Store``; default ``HMC_STORE_URL``) with ``world`` members (default
+    ``HMC_WORLD_SIZE``). With a ``tcp://`` URL the first process to bind its address serves the
+    store (it stays up until that process closes the group); ``rank`` None takes the lowest free
+    store rank."""
+    own_store = None
     if members is None:
-        import torch.distributed as dist
-        if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError("init_group needs members=... or an initialised torch.distributed")
-        rank, world = dist.get_rank(), dist.get_world_size()
-        me = GroupMember(rank, world, my_ip, session.data_port, session.ctrl_port).to_dict()
-        gathered = [None] * world
-        dist.all_gather_object(gathered, me)
-        members = gathered
+        try:
+            import torch.distributed as dist
+            torch_ready = dist.is_available() and dist.is_initialized()
+        except ImportError:
+            torch_ready = False
+        if store is None and not torch_ready:
+            store = os.environ.get("HMC_STORE_URL")
+        if store is not None and not torch_ready:
+            from .store import Store
+            if world is None:
+                world = int(os.environ.get("HMC_WORLD_SIZE", "0"))
+            if world <= 0:
+                raise ValueError("init_group with a store needs world=... (or HMC_WORLD_SIZE)")
+            if isinstance(store, str):
+                store = own_store = Store(store, rank=rank, world=world, serve=True, timeout=timeout)
+            rank = store.rank
+            me = GroupMember(rank, world, my_ip, session.data_port, session.ctrl_port).to_dict()
+            sg = store.group("hmc-collective", world)
+            try:
+                members = [json.loads(b) for b in sg.allgather(json.dumps(me).encode(), timeout)]
+            finally:
+                sg.close()
+        elif torch_ready:
+            rank, world = dist.get_rank(), dist.get_world_size()
+            me = GroupMember(rank, world, my_ip, session.data_port, session.ctrl_port).to_dict()
+            gathered = [None] * world
+            dist.all_gather_object(gathered, me)
+            members = gathered
+        else:
+            raise RuntimeError("init_group needs members=..., an initialised torch.distributed, or a store")
     members = [m if isinstance(m, GroupMember) else GroupMember.from_dict(m) for m in members]
     if rank is None:
         rank = next(m.rank for m in members if m.ip == my_ip and m.port_data == session.data_port)
-    return Group(session, members, rank, conn, timeout)
+    try:
+        g = Group(session, members, rank, conn, timeout)
+    except BaseException:
+        if own_store is not None:
+            own_store.close()
+        raise
+    g._store = own_store
+    return g
 
 
 def alltoall(group, send, recv, *, algo="auto", send_bias=0, recv_bias=None, timeout=DEFAULT_TIMEOUT):

@@ -44,6 +44,12 @@ static const char *hmc_get_error(void) { return hmc_err; }
 
 #line 1 "cgo-generated-wrapper"
 
+#line 5 "store.go"
+
+#include <stdint.h>
+
+#line 1 "cgo-generated-wrapper"
+
 
 /* End of preamble from import "C" comments.  */
 
@@ -172,6 +178,16 @@ extern int hmc_ctrl_recv_struct(uint64_t h, uint32_t peer, void* data, uint64_t 
 extern int hmc_ctrl_close_peer(uint64_t h, uint32_t peer);
 extern int hmc_ctrl_close_all(uint64_t h);
 extern int hmc_ctrl_destroy(uint64_t h);
+extern int hmc_store_open(char* url, int rank, int world, int timeoutMS, int serve, uint64_t* out);
+extern int hmc_store_rank(uint64_t s, int* rank, int* serving);
+extern int hmc_store_set(uint64_t s, char* key, void* val, uint64_t n, int timeoutMS);
+extern int hmc_store_get(uint64_t s, char* key, int waitMS, void* buf, uint64_t capacity, uint64_t* length, int timeoutMS);
+extern int hmc_store_add(uint64_t s, char* key, int64_t delta, int64_t* out, int timeoutMS);
+extern int hmc_store_close(uint64_t s);
+extern int hmc_store_group_open(uint64_t s, char* name, int size, int timeoutMS, uint64_t* out);
+extern int hmc_store_group_barrier(uint64_t g, int timeoutMS);
+extern int hmc_store_group_allgather(uint64_t g, void* data, uint64_t n, void* out, uint64_t capacity, uint64_t* outlen, int timeoutMS);
+extern int hmc_store_group_close(uint64_t g);
 
 #ifdef __cplusplus
 }

@@ -12,7 +12,10 @@ def main():
     world, conn = int(sys.argv[1]), hmc.ConnType[sys.argv[2]]
     s = hmc.create_session(buffer_size=8 << 20, local_ip="127.0.0.1")
     s.init_server(bind_ip="127.0.0.1", data_port=0, ctrl_tcp_port=0, self_id=0, ctrl_uds_dir="", conn=conn)
-    if len(sys.argv) > 3:  # rendezvous through torch.distributed (gloo, file:// store)
+    if len(sys.argv) > 3 and sys.argv[3] == "store":  # rendezvous through the config store
+        g = collective.init_group(session=s, my_ip="127.0.0.1", conn=conn, store=sys.argv[4], world=world)
+        rank = g.rank
+    elif len(sys.argv) > 3:  # rendezvous through torch.distributed (gloo, file:// store)
         import torch.distributed as dist
         rank = int(sys.argv[3])
         dist.init_process_group("gloo", init_method="file://" + sys.argv[4], rank=rank, world_size=world)

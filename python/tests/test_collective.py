@@ -53,3 +53,17 @@ def test_alltoall_rendezvous_through_torch_distributed(tmp_path):
         pytest.skip("this torch has no torch.distributed")
     store = str(tmp_path / "rendezvous")
     run_workers([[str(WORLD), "AUTO", str(r), store] for r in range(WORLD)])
+
+
+def _free_port():
+    import socket
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        return sk.getsockname()[1]
+
+
+def test_alltoall_rendezvous_through_the_config_store():
+    # No member list, no torch.distributed: the first worker to bind the address serves the
+    # embedded store, everyone takes the lowest free rank and all-gathers its address.
+    url = f"tcp://127.0.0.1:{_free_port()}"
+    run_workers([[str(WORLD), "AUTO", "store", url] for _ in range(WORLD)])

@@ -1,0 +1,268 @@
+//go:build cgo
+
+package main
+
+/*
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/hmc-go/hmc/fabric/group"
+	"github.com/hmc-go/hmc/fabric/store"
+	"github.com/hmc-go/hmc/status"
+)
+
+// storeHandle is a store client and, when this process serves the store, its server.
+type storeHandle struct {
+	c   store.Client
+	srv *store.Server
+}
+
+func storeConfig(rank, world, timeoutMS C.int) (store.Config, error) {
+	cfg := store.Config{WorldSize: int(world)}
+	switch {
+	case rank >= 0:
+		cfg.Ranking, cfg.Rank = store.Explicit, int(rank)
+	case rank == -1:
+		cfg.Ranking = store.Auto
+	case rank == -2:
+	default:
+		return cfg, fmt.Errorf("hmc: store rank %d (>= 0, -1 auto, -2 none): %w", int(rank), status.ErrInvalidConfig)
+	}
+	if timeoutMS > 0 {
+		cfg.DialTimeout = time.Duration(timeoutMS) * time.Millisecond
+	}
+	return cfg, nil
+}
+
+//export hmc_store_open
+func hmc_store_open(url *C.char, rank, world, timeoutMS C.int, serve C.int, out *C.uint64_t) C.int {
+	return call(func() error {
+		if url == nil || out == nil {
+			return fmt.Errorf("hmc: store open with null arguments: %w", status.ErrInvalidConfig)
+		}
+		cfg, err := storeConfig(rank, world, timeoutMS)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		h := &storeHandle{}
+		if serve != 0 {
+			h.c, h.srv, err = store.ServeOrJoin(ctx, goString(url), store.ServerConfig{WorldSize: int(world)}, cfg)
+		} else {
+			h.c, err = store.Open(ctx, goString(url), cfg)
+		}
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(table.add(h))
+		return nil
+	})
+}
+
+//export hmc_store_rank
+func hmc_store_rank(s C.uint64_t, rank *C.int, serving *C.int) C.int {
+	return call(func() error {
+		h, err := get[*storeHandle](uint64(s))
+		if err != nil {
+			return err
+		}
+		if rank != nil {
+			*rank = C.int(h.c.Rank())
+		}
+		if serving != nil {
+			*serving = 0
+			if h.srv != nil {
+				*serving = 1
+			}
+		}
+		return nil
+	})
+}
+
+//export hmc_store_set
+func hmc_store_set(s C.uint64_t, key *C.char, val unsafe.Pointer, n C.uint64_t, timeoutMS C.int) C.int {
+	return call(func() error {
+		h, err := get[*storeHandle](uint64(s))
+		if err != nil {
+			return err
+		}
+		v, err := hostBytes(val, n)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		return h.c.Set(ctx, goString(key), v)
+	})
+}
+
+// hmc_store_get waits up to wait_ms for the key (0: not at all, < 0: until timeout_ms) and
+// copies its value into buf; *len gets the value's length even when it does not fit (then the
+// call fails with INVALID_CONFIG and copies nothing).
+//
+//export hmc_store_get
+func hmc_store_get(s C.uint64_t, key *C.char, waitMS C.int, buf unsafe.Pointer, capacity C.uint64_t, length *C.uint64_t, timeoutMS C.int) C.int {
+	return call(func() error {
+		h, err := get[*storeHandle](uint64(s))
+		if err != nil {
+			return err
+		}
+		if length == nil {
+			return fmt.Errorf("hmc: store get with a null length: %w", status.ErrInvalidConfig)
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		wait := time.Duration(waitMS) * time.Millisecond
+		if waitMS < 0 {
+			wait = store.Forever
+		}
+		v, err := h.c.Get(ctx, goString(key), wait)
+		if err != nil {
+			return err
+		}
+		*length = C.uint64_t(len(v))
+		if uint64(len(v)) > uint64(capacity) {
+			return fmt.Errorf("hmc: value of %d bytes, buffer of %d: %w", len(v), uint64(capacity), status.ErrInvalidConfig)
+		}
+		dst, err := hostBytes(buf, C.uint64_t(len(v)))
+		if err != nil {
+			return err
+		}
+		copy(dst, v)
+		return nil
+	})
+}
+
+//export hmc_store_add
+func hmc_store_add(s C.uint64_t, key *C.char, delta C.int64_t, out *C.int64_t, timeoutMS C.int) C.int {
+	return call(func() error {
+		h, err := get[*storeHandle](uint64(s))
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		n, err := h.c.Add(ctx, goString(key), int64(delta))
+		if err == nil && out != nil {
+			*out = C.int64_t(n)
+		}
+		return err
+	})
+}
+
+//export hmc_store_close
+func hmc_store_close(s C.uint64_t) C.int {
+	return call(func() error {
+		h, err := get[*storeHandle](uint64(s))
+		if err != nil {
+			return err
+		}
+		table.remove(uint64(s))
+		err = h.c.Close()
+		if h.srv != nil {
+			if e := h.srv.Close(); err == nil {
+				err = e
+			}
+		}
+		return err
+	})
+}
+
+//export hmc_store_group_open
+func hmc_store_group_open(s C.uint64_t, name *C.char, size, timeoutMS C.int, out *C.uint64_t) C.int {
+	return call(func() error {
+		h, err := get[*storeHandle](uint64(s))
+		if err != nil {
+			return err
+		}
+		if out == nil || size <= 0 {
+			return fmt.Errorf("hmc: store group of size %d: %w", int(size), status.ErrInvalidConfig)
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		g, err := group.New(ctx, h.c, goString(name), group.Config{Size: int(size)})
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(table.add(g))
+		return nil
+	})
+}
+
+//export hmc_store_group_barrier
+func hmc_store_group_barrier(g C.uint64_t, timeoutMS C.int) C.int {
+	return call(func() error {
+		grp, err := get[*group.Group](uint64(g))
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		return grp.Barrier(ctx)
+	})
+}
+
+// hmc_store_group_allgather writes every member's contribution in rank order into out, each as
+// a uint32 little-endian length and the bytes; *outlen gets the total (also when out is too
+// small, then INVALID_CONFIG).
+//
+//export hmc_store_group_allgather
+func hmc_store_group_allgather(g C.uint64_t, data unsafe.Pointer, n C.uint64_t, out unsafe.Pointer, capacity C.uint64_t, outlen *C.uint64_t, timeoutMS C.int) C.int {
+	return call(func() error {
+		grp, err := get[*group.Group](uint64(g))
+		if err != nil {
+			return err
+		}
+		if outlen == nil {
+			return fmt.Errorf("hmc: allgather with a null length: %w", status.ErrInvalidConfig)
+		}
+		in, err := hostBytes(data, n)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		parts, err := grp.AllGather(ctx, in)
+		if err != nil {
+			return err
+		}
+		total := 0
+		for _, p := range parts {
+			total += 4 + len(p)
+		}
+		*outlen = C.uint64_t(total)
+		if uint64(total) > uint64(capacity) {
+			return fmt.Errorf("hmc: allgather of %d bytes, buffer of %d: %w", total, uint64(capacity), status.ErrInvalidConfig)
+		}
+		dst, err := hostBytes(out, C.uint64_t(total))
+		if err != nil {
+			return err
+		}
+		off := 0
+		for _, p := range parts {
+			binary.LittleEndian.PutUint32(dst[off:], uint32(len(p)))
+			off += 4 + copy(dst[off+4:], p)
+		}
+		return nil
+	})
+}
+
+//export hmc_store_group_close
+func hmc_store_group_close(g C.uint64_t) C.int {
+	return call(func() error {
+		grp, err := get[*group.Group](uint64(g))
+		if err != nil {
+			return err
+		}
+		table.remove(uint64(g))
+		return grp.Close()
+	})
+}
