@@ -12,6 +12,7 @@ import (
 
 	"github.com/hmc-go/hmc/fabric/group"
 	"github.com/hmc-go/hmc/fabric/store"
+	"github.com/hmc-go/hmc/internal/etcdtest"
 )
 
 type proc struct {
@@ -71,18 +72,28 @@ func TestManyProcesses(t *testing.T) {
 	wg.Wait()
 }
 
-// A member killed with SIGKILL turns the others' barrier into an error naming its rank.
+// A member killed with SIGKILL turns the others' barrier into an error naming its rank: on the
+// embedded store through its link's end, on etcd through its lease's expiry.
 func TestProcessKilledMidBarrier(t *testing.T) {
+	t.Run("embedded", func(t *testing.T) {
+		srv, err := store.Listen("tcp://127.0.0.1:0", store.ServerConfig{WorldSize: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+		killMidBarrier(t, srv.URL())
+	})
+	t.Run("etcd", func(t *testing.T) {
+		killMidBarrier(t, etcdtest.Start(t, 1).URL("killed"))
+	})
+}
+
+func killMidBarrier(t *testing.T, url string) {
 	const world = 4
-	srv, err := store.Listen("tcp://127.0.0.1:0", store.ServerConfig{WorldSize: world})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	victim := spawn(t, srv.URL(), "die", world)
+	victim := spawn(t, url, "die", world)
 	var others []*proc
 	for range world - 1 {
-		others = append(others, spawn(t, srv.URL(), "survive", world))
+		others = append(others, spawn(t, url, "survive", world))
 	}
 	l := victim.line()
 	var dead int
@@ -95,6 +106,7 @@ func TestProcessKilledMidBarrier(t *testing.T) {
 		}
 	}
 	time.Sleep(200 * time.Millisecond) // the others are in their second barrier
+	start := time.Now()
 	_ = victim.cmd.Process.Kill()
 	want := fmt.Sprintf("member rank %d is down", dead)
 	for _, p := range others {
@@ -102,6 +114,7 @@ func TestProcessKilledMidBarrier(t *testing.T) {
 			t.Fatalf("survivor: %q, want %q", l, want)
 		}
 	}
+	t.Logf("survivors saw rank %d down %v after SIGKILL", dead, time.Since(start))
 }
 
 // A process killed right after its join is removed from the view by the survivors.
