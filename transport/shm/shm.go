@@ -32,7 +32,7 @@ type Config struct {
 	// for data far larger than the caches), smaller ones with glibc's memcpy (default 64 MiB).
 	HugeCopy uint64
 	// HelperSpin is how long an endpoint's copy helpers keep polling for work after a job
-	// before parking (default 50 µs): back-to-back large copies then find them awake instead
+	// before parking (default 200 µs): back-to-back large copies then find them awake instead
 	// of paying a thread wake-up. 0 means the default; negative means never spin.
 	HelperSpin time.Duration
 	// HandshakeTimeout bounds the offer exchange (default 5 s).
@@ -55,7 +55,7 @@ func (c *Config) setDefaults() {
 		c.HandshakeTimeout = DefaultHandshakeTimeout
 	}
 	if c.HelperSpin == 0 {
-		c.HelperSpin = 50 * time.Microsecond
+		c.HelperSpin = 200 * time.Microsecond
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
