@@ -18,6 +18,7 @@ import (
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/transport"
 	"github.com/hmc-go/hmc/transport/transporttest"
+	"github.com/hmc-go/hmc/transport/ucx"
 )
 
 // The test binary re-executes itself as the peer process when HMC_COMM_CHILD is set.
@@ -65,7 +66,14 @@ func childServer() error {
 	if err := c.InitServer("127.0.0.1", 0, 0, uds, transport.AUTO); err != nil {
 		return err
 	}
-	fmt.Printf("READY %s %d\n", c.DataAddr(transport.TCP), c.CtrlAddr().Port)
+	ucxPort := 0
+	if ucx.Built {
+		if err := c.InitServer("127.0.0.1", 0, -1, "", transport.UCX); err != nil {
+			return err
+		}
+		ucxPort = transporttestPort(c.DataAddr(transport.UCX))
+	}
+	fmt.Printf("READY %s %d %d\n", c.DataAddr(transport.TCP), c.CtrlAddr().Port, ucxPort)
 	ctx := context.Background()
 	const parent = 1
 	for {
@@ -133,6 +141,7 @@ type child struct {
 	cmd      *exec.Cmd
 	dataPort int
 	ctrlPort int
+	ucxPort  int
 	uds      string
 	done     chan error
 }
@@ -164,7 +173,7 @@ func startChild(t *testing.T) *child {
 	select {
 	case l := <-line:
 		var addr string
-		if _, err := fmt.Sscanf(l, "READY %s %d", &addr, &ch.ctrlPort); err != nil {
+		if _, err := fmt.Sscanf(l, "READY %s %d %d", &addr, &ch.ctrlPort, &ch.ucxPort); err != nil {
 			t.Fatal(err)
 		}
 		ch.dataPort = transporttestPort(addr)

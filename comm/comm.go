@@ -17,6 +17,7 @@ import (
 	"github.com/hmc-go/hmc/transport"
 	"github.com/hmc-go/hmc/transport/shm"
 	"github.com/hmc-go/hmc/transport/tcp"
+	"github.com/hmc-go/hmc/transport/ucx"
 )
 
 // CtrlLink says how to reach a peer's control plane (upstream Communicator::CtrlLink).
@@ -36,6 +37,8 @@ type Config struct {
 	TCP tcp.Config
 	// SHM configures the same-host shared-memory transport.
 	SHM shm.Config
+	// UCX configures the UCX transport and RDMA through it (builds with -tags ucx).
+	UCX ucx.Config
 	// Ctrl configures the control plane.
 	Ctrl ctrl.Config
 	// Stream configures SendDataTo/RecvDataFrom.
@@ -70,13 +73,14 @@ type accepted struct {
 // Communicator binds one ConnBuffer to many peers. Its methods are safe for concurrent use. It
 // does not own the buffer: close the Communicator before the buffer.
 type Communicator struct {
-	buf    *buffer.ConnBuffer
-	cfg    Config
-	ctrl   *ctrl.Manager
-	trans  map[transport.ConnType]transport.Transport
-	log    *slog.Logger
-	opIDs  atomic.Uint64
-	stream sync.Mutex // one SendDataTo at a time per Communicator keeps stream messages apart
+	buf     *buffer.ConnBuffer
+	cfg     Config
+	ctrl    *ctrl.Manager
+	trans   map[transport.ConnType]transport.Transport
+	missing map[transport.ConnType]error // why UCX / RDMA are not in trans
+	log     *slog.Logger
+	opIDs   atomic.Uint64
+	stream  sync.Mutex // one SendDataTo at a time per Communicator keeps stream messages apart
 
 	mu       sync.Mutex
 	servers  map[transport.ConnType]transport.Server // guarded by mu
@@ -123,11 +127,30 @@ func New(buf *buffer.ConnBuffer, cfg Config) (*Communicator, error) {
 	if err != nil {
 		return nil, err
 	}
+	trans := map[transport.ConnType]transport.Transport{transport.TCP: t, transport.SHM: sh}
+	missing := map[transport.ConnType]error{}
+	// UCX and RDMA (UCX restricted to rc/ud/dc) exist in -tags ucx builds; RDMA also needs a
+	// device. Their resources are taken on first use, not here.
+	if u, err := ucx.New(cfg.UCX); err == nil {
+		trans[transport.UCX] = u
+	} else {
+		missing[transport.UCX] = err
+	}
+	if ucx.Built {
+		if r, err := ucx.NewRDMA(cfg.UCX); err == nil {
+			trans[transport.RDMA] = r
+		} else {
+			missing[transport.RDMA] = err
+		}
+	} else {
+		missing[transport.RDMA] = fmt.Errorf("%w: RDMA goes through UCX, which this binary was built without (go build -tags ucx)", status.ErrUnsupported)
+	}
 	return &Communicator{
 		buf:      buf,
 		cfg:      cfg,
 		ctrl:     m,
-		trans:    map[transport.ConnType]transport.Transport{transport.TCP: t, transport.SHM: sh},
+		trans:    trans,
+		missing:  missing,
 		log:      cfg.Logger,
 		servers:  make(map[transport.ConnType]transport.Server),
 		eps:      make(map[peerKey]*peerEP),
@@ -143,15 +166,19 @@ func (c *Communicator) Buffer() *buffer.ConnBuffer { return c.buf }
 func (c *Communicator) Ctrl() *ctrl.Manager { return c.ctrl }
 
 // kinds returns the transports that ct may use, in order of preference: AUTO prefers shared
-// memory (same-host peers) and falls back to TCP. UCX and RDMA are not built yet.
-func kinds(ct transport.ConnType) ([]transport.ConnType, error) {
+// memory (same-host peers) and falls back to TCP. UCX and RDMA exist in -tags ucx builds
+// (RDMA also needs an RDMA device); otherwise they are ErrUnsupported with the reason.
+func (c *Communicator) kinds(ct transport.ConnType) ([]transport.ConnType, error) {
 	switch ct {
 	case transport.AUTO:
 		return []transport.ConnType{transport.SHM, transport.TCP}, nil
 	case transport.TCP, transport.SHM:
 		return []transport.ConnType{ct}, nil
 	case transport.RDMA, transport.UCX:
-		return nil, fmt.Errorf("comm: connection type %v: %w: not built into this binary yet (use tcp, shm or auto)", ct, status.ErrUnsupported)
+		if err := c.missing[ct]; err != nil {
+			return nil, fmt.Errorf("comm: connection type %v: %w", ct, err)
+		}
+		return []transport.ConnType{ct}, nil
 	}
 	return nil, fmt.Errorf("comm: connection type %d: %w", int(ct), status.ErrInvalidConfig)
 }
@@ -167,7 +194,7 @@ func (c *Communicator) InitServer(bindIP string, dataPort, ctrlTCPPort int, ctrl
 	if dataPort < 0 || dataPort > 65535 {
 		return fmt.Errorf("comm: data port %d: %w", dataPort, status.ErrInvalidConfig)
 	}
-	ks, err := kinds(ct)
+	ks, err := c.kinds(ct)
 	if err != nil {
 		return err
 	}
@@ -188,6 +215,14 @@ func (c *Communicator) InitServer(bindIP string, dataPort, ctrlTCPPort int, ctrl
 		if err := c.ctrl.Listen(bindIP, ctrlTCPPort, ctrlUDSPath); err != nil {
 			return fmt.Errorf("comm: init server: %w", err)
 		}
+	}
+	// UCX and RDMA serve on their own port (upstream's ucx_port / rdma_port): the port is
+	// their bootstrap socket.
+	if ct == transport.UCX || ct == transport.RDMA {
+		if _, ok := c.servers[ct]; !ok {
+			return c.listenLocked(ct, net.JoinHostPort(bindIP, strconv.Itoa(dataPort)))
+		}
+		return nil
 	}
 	// TCP always: its port names this server, and it serves peers on other hosts.
 	if _, ok := c.servers[transport.TCP]; !ok {
@@ -260,7 +295,7 @@ func (c *Communicator) CtrlAddr() *net.TCPAddr { return c.ctrl.TCPAddr() }
 // dataPort, ct) exists it returns at once. If the data connection fails, the new control link is
 // closed.
 func (c *Communicator) ConnectTo(ctx context.Context, peerID, selfID uint32, peerIP string, dataPort int, link CtrlLink, ct transport.ConnType) error {
-	if _, err := kinds(ct); err != nil {
+	if _, err := c.kinds(ct); err != nil {
 		return err
 	}
 	if dataPort <= 0 || dataPort > 65535 {
@@ -305,13 +340,17 @@ func (c *Communicator) connectCtrl(ctx context.Context, peerID, selfID uint32, l
 
 // dialData makes a data endpoint to ip:port with the first kind of ct that works.
 func (c *Communicator) dialData(ctx context.Context, ip string, port int, ct transport.ConnType, peerID, selfID uint32) (transport.Endpoint, error) {
-	ks, err := kinds(ct)
+	ks, err := c.kinds(ct)
 	if err != nil {
 		return nil, err
 	}
 	listenPort, localIP := 0, ""
 	c.mu.Lock()
-	if s, ok := c.servers[transport.TCP]; ok {
+	named := transport.TCP // the server whose port names us to this peer (SHM's is TCP's)
+	if ct == transport.UCX || ct == transport.RDMA {
+		named = ct
+	}
+	if s, ok := c.servers[named]; ok {
 		listenPort, localIP = splitPort(s.Addr())
 		if a := net.ParseIP(localIP); a == nil || a.IsUnspecified() {
 			localIP = ""
@@ -389,7 +428,7 @@ func isLocalIP(ip string) bool {
 
 // lookupLocked finds an endpoint for (ip, port) among ct's kinds. Caller holds c.mu.
 func (c *Communicator) lookupLocked(ip string, port int, ct transport.ConnType) (*peerEP, bool) {
-	ks, _ := kinds(ct)
+	ks, _ := c.kinds(ct)
 	for _, k := range ks {
 		if pe, ok := c.eps[peerKey{ip, port, k}]; ok {
 			return pe, true
@@ -401,7 +440,7 @@ func (c *Communicator) lookupLocked(ip string, port int, ct transport.ConnType) 
 // acceptedLocked finds an initiator that connected to us from (ip, port) over one of ct's
 // kinds. Caller holds c.mu.
 func (c *Communicator) acceptedLocked(ip string, port int, ct transport.ConnType) (accepted, bool) {
-	ks, _ := kinds(ct)
+	ks, _ := c.kinds(ct)
 	for _, k := range ks {
 		if a, ok := c.accepted[peerKey{ip, port, k}]; ok {
 			return a, true
@@ -414,7 +453,7 @@ func (c *Communicator) acceptedLocked(ip string, port int, ct transport.ConnType
 // its own data listener on (ip, port) is dialed back on first use ("connect once, use both
 // ways"), so a target can put to and get from its initiators.
 func (c *Communicator) endpoint(ctx context.Context, ip string, port int, ct transport.ConnType) (transport.Endpoint, error) {
-	if _, err := kinds(ct); err != nil {
+	if _, err := c.kinds(ct); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
@@ -438,7 +477,7 @@ func (c *Communicator) endpoint(ctx context.Context, ip string, port int, ct tra
 // Route returns the transport that carries transfers to (ip, port) when asked for ct: for
 // AUTO, the one the endpoint was made with (SHM or TCP). It is ErrNotFound before a connection.
 func (c *Communicator) Route(ip string, port int, ct transport.ConnType) (transport.ConnType, error) {
-	ks, err := kinds(ct)
+	ks, err := c.kinds(ct)
 	if err != nil {
 		return 0, err
 	}
@@ -455,7 +494,7 @@ func (c *Communicator) Route(ip string, port int, ct transport.ConnType) (transp
 // CheckConn returns nil if a data endpoint to (ip, port, ct) exists or can be made from a peer
 // that connected to us, else an error wrapping ErrNotFound.
 func (c *Communicator) CheckConn(ip string, port int, ct transport.ConnType) error {
-	if _, err := kinds(ct); err != nil {
+	if _, err := c.kinds(ct); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -472,7 +511,7 @@ func (c *Communicator) CheckConn(ip string, port int, ct transport.ConnType) err
 // PeerRank returns the rank of the peer at (ip, port) over ct, dialed or accepted. Port 0
 // matches the only peer seen from ip, if there is exactly one.
 func (c *Communicator) PeerRank(ip string, port int, ct transport.ConnType) (uint32, error) {
-	ks, err := kinds(ct)
+	ks, err := c.kinds(ct)
 	if err != nil {
 		return 0, err
 	}
@@ -504,7 +543,7 @@ func (c *Communicator) PeerRank(ip string, port int, ct transport.ConnType) (uin
 // the peer's rank. Transfers in flight on them fail with ErrClosed. Disconnecting an unknown
 // peer returns nil, as upstream.
 func (c *Communicator) Disconnect(ip string, port int, ct transport.ConnType) error {
-	ks, err := kinds(ct)
+	ks, err := c.kinds(ct)
 	if err != nil {
 		return err
 	}

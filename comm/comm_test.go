@@ -16,6 +16,7 @@ import (
 	"github.com/hmc-go/hmc/transport"
 	"github.com/hmc-go/hmc/transport/shm"
 	"github.com/hmc-go/hmc/transport/transporttest"
+	"github.com/hmc-go/hmc/transport/ucx"
 )
 
 const parentBufSize = 64 << 20
@@ -25,6 +26,15 @@ const parentBufSize = 64 << 20
 func forEachTransport(t *testing.T, f func(*testing.T, transport.ConnType)) {
 	for _, ct := range []transport.ConnType{transport.TCP, transport.SHM} {
 		t.Run(ct.String(), func(t *testing.T) { f(t, ct) })
+	}
+}
+
+// forEachTransportAndUCX adds UCX (-tags ucx builds) to forEachTransport's list: the tests of
+// one-sided transfers from the parent, which do not need the child to reach back over UCX.
+func forEachTransportAndUCX(t *testing.T, f func(*testing.T, transport.ConnType)) {
+	forEachTransport(t, f)
+	if ucx.Built {
+		t.Run("ucx", func(t *testing.T) { f(t, transport.UCX) })
 	}
 }
 
@@ -61,7 +71,11 @@ func connect(t *testing.T, link ctrl.Transport, ct transport.ConnType) *session 
 	if link == ctrl.UDS {
 		l = CtrlLink{Transport: ctrl.UDS, UDSPath: ch.uds}
 	}
-	if err := c.ConnectTo(ctx, 0, 1, "127.0.0.1", ch.dataPort, l, ct); err != nil {
+	port := ch.dataPort
+	if ct == transport.UCX {
+		port = ch.ucxPort
+	}
+	if err := c.ConnectTo(ctx, 0, 1, "127.0.0.1", port, l, ct); err != nil {
 		t.Fatal(err)
 	}
 	return &session{t: t, ct: ct, c: c, buf: buf, ch: ch, ctx: ctx}
@@ -82,6 +96,14 @@ func (s *session) ask(cmd uint64, r request) bool {
 	return v == 1
 }
 
+// peerPort is the child's data port for the session's transport (UCX serves on its own).
+func (s *session) peerPort() int {
+	if s.ct == transport.UCX {
+		return s.ch.ucxPort
+	}
+	return s.ch.dataPort
+}
+
 func (s *session) myPort() uint32 { return uint32(transporttestPort(s.c.DataAddr(transport.TCP))) }
 
 func (s *session) fillLocal(off, n uint64, seed uint32) {
@@ -99,13 +121,13 @@ func (s *session) localIs(off, n uint64, seed uint32) bool {
 	return bytes.Equal(got, want)
 }
 
-func TestPutGetTwoProcesses(t *testing.T) { forEachTransport(t, testPutGetTwoProcesses) }
+func TestPutGetTwoProcesses(t *testing.T) { forEachTransportAndUCX(t, testPutGetTwoProcesses) }
 
 func testPutGetTwoProcesses(t *testing.T, ct transport.ConnType) {
 	for _, link := range []ctrl.Transport{ctrl.TCP, ctrl.UDS} {
 		t.Run(link.String(), func(t *testing.T) {
 			s := connect(t, link, ct)
-			p := s.ch.dataPort
+			p := s.peerPort()
 			for i, n := range []uint64{1, 4097, 1 << 20, 5<<20 + 3} {
 				seed := uint32(10 + i)
 				s.fillLocal(100, n, seed)
@@ -132,7 +154,9 @@ func testPutGetTwoProcesses(t *testing.T, ct transport.ConnType) {
 
 // TestPutThenCtrlSendIsVisible is the race upstream HMC loses 87–99 times in 100: put, then
 // send a tag; the target checks the whole range the moment the tag arrives.
-func TestPutThenCtrlSendIsVisible(t *testing.T) { forEachTransport(t, testPutThenCtrlSendIsVisible) }
+func TestPutThenCtrlSendIsVisible(t *testing.T) {
+	forEachTransportAndUCX(t, testPutThenCtrlSendIsVisible)
+}
 
 func testPutThenCtrlSendIsVisible(t *testing.T, ct transport.ConnType) {
 	s := connect(t, ctrl.UDS, ct)
@@ -148,7 +172,7 @@ func testPutThenCtrlSendIsVisible(t *testing.T, ct transport.ConnType) {
 		off := uint64(i%64) * 4096
 		seed := uint32(i + 1)
 		s.fillLocal(off, n, seed)
-		if err := s.c.Put(s.ctx, "127.0.0.1", s.ch.dataPort, off, off, n, s.ct); err != nil {
+		if err := s.c.Put(s.ctx, "127.0.0.1", s.peerPort(), off, off, n, s.ct); err != nil {
 			t.Fatal(err)
 		}
 		if !s.ask(cmdCheck, request{Off: off, Len: n, Seed: seed}) {
@@ -157,11 +181,13 @@ func testPutThenCtrlSendIsVisible(t *testing.T, ct transport.ConnType) {
 	}
 }
 
-func TestNonBlockingAndPipelines(t *testing.T) { forEachTransport(t, testNonBlockingAndPipelines) }
+func TestNonBlockingAndPipelines(t *testing.T) {
+	forEachTransportAndUCX(t, testNonBlockingAndPipelines)
+}
 
 func testNonBlockingAndPipelines(t *testing.T, ct transport.ConnType) {
 	s := connect(t, ctrl.TCP, ct)
-	p := s.ch.dataPort
+	p := s.peerPort()
 	const n, size = 16, 1<<20 + 5
 	s.fillLocal(0, n*size, 42)
 	var ids []uint64
@@ -225,7 +251,7 @@ func TestSendRecvData(t *testing.T) { forEachTransport(t, testSendRecvData) }
 
 func testSendRecvData(t *testing.T, ct transport.ConnType) {
 	s := connect(t, ctrl.UDS, ct)
-	p := s.ch.dataPort
+	p := s.peerPort()
 	// The child's ring is 32 MiB of 1 MiB slots, ours 64 MiB of 1 MiB slots: payloads far larger
 	// than either buffer must arrive whole (upstream re-sends the first chunk).
 	for i, n := range []uint64{0, 1, 1<<20 - 1, 1 << 20, 3<<20 + 17, 150 << 20} {
@@ -280,7 +306,7 @@ func TestTargetPutsBack(t *testing.T) { forEachTransport(t, testTargetPutsBack) 
 
 func testTargetPutsBack(t *testing.T, ct transport.ConnType) {
 	s := connect(t, ctrl.TCP, ct)
-	if err := s.c.CheckConn("127.0.0.1", s.ch.dataPort, s.ct); err != nil {
+	if err := s.c.CheckConn("127.0.0.1", s.peerPort(), s.ct); err != nil {
 		t.Fatal(err)
 	}
 	if !s.ask(cmdPutBack, request{Off: 12345, Len: 3<<20 + 1, Seed: 77, Port: s.myPort()}) {
@@ -291,11 +317,11 @@ func testTargetPutsBack(t *testing.T, ct transport.ConnType) {
 	}
 }
 
-func TestBadInput(t *testing.T) { forEachTransport(t, testBadInput) }
+func TestBadInput(t *testing.T) { forEachTransportAndUCX(t, testBadInput) }
 
 func testBadInput(t *testing.T, ct transport.ConnType) {
 	s := connect(t, ctrl.TCP, ct)
-	p := s.ch.dataPort
+	p := s.peerPort()
 	ctx := s.ctx
 	// Out of range on either side: typed error, nothing written remotely.
 	if !s.ask(cmdFill, request{Off: 0, Len: childBufSize, Seed: 9}) {
@@ -330,8 +356,12 @@ func testBadInput(t *testing.T, ct transport.ConnType) {
 	if err := s.c.Wait(ctx, 987654); !errors.Is(err, status.ErrNotFound) {
 		t.Fatal(err)
 	}
-	// Transports not built yet.
-	for _, other := range []transport.ConnType{transport.RDMA, transport.UCX} {
+	// Transports not usable here: RDMA (no device), UCX when not built in.
+	others := []transport.ConnType{transport.RDMA}
+	if !ucx.Built {
+		others = append(others, transport.UCX)
+	}
+	for _, other := range others {
 		if err := s.c.Put(ctx, "127.0.0.1", p, 0, 0, 1, other); !errors.Is(err, status.ErrUnsupported) {
 			t.Fatalf("%v: %v", other, err)
 		}
@@ -372,8 +402,11 @@ func TestInitServerBindErrorsAreReturned(t *testing.T) {
 	if err := b.InitServer("127.0.0.1", 70000, -1, "", transport.TCP); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Fatal(err)
 	}
-	if err := b.InitServer("127.0.0.1", 0, -1, "", transport.UCX); !errors.Is(err, status.ErrUnsupported) {
-		t.Fatal(err)
+	if err := b.InitServer("127.0.0.1", 0, -1, "", transport.UCX); ucx.Built == errors.Is(err, status.ErrUnsupported) {
+		t.Fatalf("ucx server (built in: %v): %v", ucx.Built, err)
+	}
+	if err := b.InitServer("127.0.0.1", 0, -1, "", transport.RDMA); !errors.Is(err, status.ErrUnsupported) {
+		t.Fatalf("rdma without a device: %v", err)
 	}
 	// AUTO also serves shared memory on the TCP port's abstract socket; a second server for
 	// the same port is refused there too.
@@ -395,11 +428,11 @@ func TestInitServerBindErrorsAreReturned(t *testing.T) {
 
 // TestPeerKilledMidTransfer kills the child with SIGKILL while large transfers are in flight:
 // every call returns an error before its deadline and no goroutine is left (goleak).
-func TestPeerKilledMidTransfer(t *testing.T) { forEachTransport(t, testPeerKilledMidTransfer) }
+func TestPeerKilledMidTransfer(t *testing.T) { forEachTransportAndUCX(t, testPeerKilledMidTransfer) }
 
 func testPeerKilledMidTransfer(t *testing.T, ct transport.ConnType) {
 	s := connect(t, ctrl.TCP, ct)
-	p := s.ch.dataPort
+	p := s.peerPort()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	errs := make(chan error, 3)
@@ -447,7 +480,7 @@ func testPeerKilledMidTransfer(t *testing.T, ct transport.ConnType) {
 // (SIGSTOP: no thread of it runs), shared-memory puts and gets still complete.
 func TestSHMWorksWhileTargetIsStopped(t *testing.T) {
 	s := connect(t, ctrl.UDS, transport.SHM)
-	p := s.ch.dataPort
+	p := s.peerPort()
 	const n = 8<<20 + 5
 	s.fillLocal(0, n, 31)
 	if err := s.ch.cmd.Process.Signal(syscall.SIGSTOP); err != nil {

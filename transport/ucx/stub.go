@@ -1,0 +1,34 @@
+//go:build !ucx || !cgo
+
+package ucx
+
+import (
+	"fmt"
+
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+// Built says whether this binary has the UCX transport (build tag ucx, cgo).
+const Built = false
+
+var errNotBuilt = fmt.Errorf("ucx: %w: this binary was built without UCX (go build -tags ucx, with cgo and libucx-dev)", status.ErrUnsupported)
+
+// Config configures the transport (see the ucx build).
+type Config struct {
+	TLS      string
+	SpinTime int
+}
+
+// New returns a transport whose calls fail with ErrUnsupported (no UCX in this build).
+func New(Config) (transport.Transport, error) { return nil, errNotBuilt }
+
+// NewRDMA returns ErrUnsupported (no UCX in this build).
+func NewRDMA(Config) (transport.Transport, error) { return nil, errNotBuilt }
+
+// Resource is one UCX transport on one device.
+type Resource struct{ Component, MD, Transport, Device string }
+
+// Resources returns ErrUnsupported (no UCX in this build).
+func Resources() ([]Resource, error) { return nil, errNotBuilt }
+

@@ -1,0 +1,839 @@
+//go:build ucx && cgo
+
+package ucx
+
+/*
+#cgo pkg-config: ucx
+#include <stdlib.h>
+#include <string.h>
+#include <ucp/api/ucp.h>
+#include <uct/api/uct.h>
+
+static ucs_status_t hmc_ucp_init(const char *tls, ucp_context_h *ctx) {
+	ucp_config_t *cfg;
+	ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
+	if (st != UCS_OK) return st;
+	if (tls != NULL && tls[0] != 0) {
+		st = ucp_config_modify(cfg, "TLS", tls);
+		if (st != UCS_OK) { ucp_config_release(cfg); return st; }
+	}
+	ucp_params_t p;
+	memset(&p, 0, sizeof p);
+	p.field_mask = UCP_PARAM_FIELD_FEATURES;
+	p.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+	st = ucp_init(&p, cfg, ctx);
+	ucp_config_release(cfg);
+	return st;
+}
+
+static ucs_status_t hmc_worker_create(ucp_context_h ctx, ucp_worker_h *w) {
+	ucp_worker_params_t p;
+	memset(&p, 0, sizeof p);
+	p.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+	p.thread_mode = UCS_THREAD_MODE_SINGLE;
+	return ucp_worker_create(ctx, &p, w);
+}
+
+static ucs_status_t hmc_mem_map(ucp_context_h ctx, void *addr, size_t len, ucp_mem_h *memh) {
+	ucp_mem_map_params_t p;
+	memset(&p, 0, sizeof p);
+	p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+	p.address = addr;
+	p.length = len;
+	return ucp_mem_map(ctx, &p, memh);
+}
+
+static void hmc_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status) {
+	*(volatile int *)arg = (int)status;
+}
+
+static ucs_status_t hmc_ep_create(ucp_worker_h w, const void *addr, int *errflag, int peer_mode, ucp_ep_h *ep) {
+	ucp_ep_params_t p;
+	memset(&p, 0, sizeof p);
+	p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+	               UCP_EP_PARAM_FIELD_ERR_HANDLER;
+	p.address = (const ucp_address_t *)addr;
+	p.err_mode = peer_mode ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+	p.err_handler.cb = hmc_err_cb;
+	p.err_handler.arg = errflag;
+	return ucp_ep_create(w, &p, ep);
+}
+
+// Requests: NULL = done at once; an error pointer becomes *st; else the request to poll.
+static void *hmc_put(ucp_ep_h ep, void *buf, size_t n, uint64_t raddr, ucp_rkey_h rkey, ucs_status_t *st) {
+	ucp_request_param_t p;
+	memset(&p, 0, sizeof p);
+	ucs_status_ptr_t r = ucp_put_nbx(ep, buf, n, raddr, rkey, &p);
+	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
+	*st = UCS_OK;
+	return r;
+}
+
+static void *hmc_get(ucp_ep_h ep, void *buf, size_t n, uint64_t raddr, ucp_rkey_h rkey, ucs_status_t *st) {
+	ucp_request_param_t p;
+	memset(&p, 0, sizeof p);
+	ucs_status_ptr_t r = ucp_get_nbx(ep, buf, n, raddr, rkey, &p);
+	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
+	*st = UCS_OK;
+	return r;
+}
+
+static void *hmc_flush(ucp_ep_h ep, ucs_status_t *st) {
+	ucp_request_param_t p;
+	memset(&p, 0, sizeof p);
+	ucs_status_ptr_t r = ucp_ep_flush_nbx(ep, &p);
+	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
+	*st = UCS_OK;
+	return r;
+}
+
+static void *hmc_ep_close(ucp_ep_h ep, int force) {
+	ucp_request_param_t p;
+	memset(&p, 0, sizeof p);
+	p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+	p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+	ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+	if (UCS_PTR_IS_ERR(r)) return NULL;
+	return r;
+}
+
+static ucs_status_t hmc_req_status(void *r) { return ucp_request_check_status(r); }
+
+// Resources: every (component, md, transport, device), as "c\tmd\ttl\tdev\n" lines.
+static char *hmc_resources(ucs_status_t *st) {
+	uct_component_h *comps;
+	unsigned ncomps;
+	size_t cap = 4096, len = 0;
+	char *out = malloc(cap);
+	out[0] = 0;
+	*st = uct_query_components(&comps, &ncomps);
+	if (*st != UCS_OK) return out;
+	for (unsigned i = 0; i < ncomps; i++) {
+		uct_component_attr_t ca;
+		memset(&ca, 0, sizeof ca);
+		ca.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME | UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
+		if (uct_component_query(comps[i], &ca) != UCS_OK) continue;
+		uct_md_resource_desc_t *mds = calloc(ca.md_resource_count + 1, sizeof *mds);
+		ca.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
+		ca.md_resources = mds;
+		if (uct_component_query(comps[i], &ca) != UCS_OK) { free(mds); continue; }
+		for (unsigned m = 0; m < ca.md_resource_count; m++) {
+			uct_md_config_t *mc;
+			if (uct_md_config_read(comps[i], NULL, NULL, &mc) != UCS_OK) continue;
+			uct_md_h md;
+			ucs_status_t s = uct_md_open(comps[i], mds[m].md_name, mc, &md);
+			uct_config_release(mc);
+			if (s != UCS_OK) continue;
+			uct_tl_resource_desc_t *tls;
+			unsigned ntl;
+			if (uct_md_query_tl_resources(md, &tls, &ntl) == UCS_OK) {
+				for (unsigned k = 0; k < ntl; k++) {
+					size_t need = strlen(ca.name) + strlen(mds[m].md_name) + strlen(tls[k].tl_name) + strlen(tls[k].dev_name) + 8;
+					if (len + need >= cap) { cap = 2 * (len + need); out = realloc(out, cap); }
+					len += snprintf(out + len, cap - len, "%s\t%s\t%s\t%s\n", ca.name, mds[m].md_name, tls[k].tl_name, tls[k].dev_name);
+				}
+				uct_release_tl_resource_list(tls);
+			}
+			uct_md_close(md);
+		}
+		free(mds);
+	}
+	uct_release_component_list(comps);
+	return out;
+}
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hmc-go/hmc/internal/acceptor"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+// Built says whether this binary has the UCX transport (build tag ucx, cgo).
+const Built = true
+
+// Config configures a UCX transport. The zero value lets UCX choose its transports (UCX_TLS and
+// the other UCX_* variables of the environment apply).
+type Config struct {
+	// TLS restricts UCX's transports (UCX's TLS setting, e.g. "tcp" or "posix,cma,self"); it
+	// overrides UCX_TLS. Empty: the environment's.
+	TLS string
+	// SpinTime is how long, in microseconds, the progress loop busy-polls after activity before
+	// sleeping on the worker's event fd. Default 100.
+	SpinTime int
+	rdma     bool
+}
+
+// Resource is one UCX transport on one device, as UCT lists them.
+type Resource struct{ Component, MD, Transport, Device string }
+
+// Resources lists UCX's transports and devices (UCT's resource query).
+func Resources() ([]Resource, error) {
+	var st C.ucs_status_t
+	s := C.hmc_resources(&st)
+	defer C.free(unsafe.Pointer(s))
+	if st != C.UCS_OK {
+		return nil, fmt.Errorf("ucx: resource query: %s: %w", statusString(st), status.ErrFailed)
+	}
+	var out []Resource
+	for _, line := range strings.Split(strings.TrimSpace(C.GoString(s)), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) == 4 {
+			out = append(out, Resource{f[0], f[1], f[2], f[3]})
+		}
+	}
+	return out, nil
+}
+
+// rdmaTLs are the UCX transports ConnType RDMA may use.
+var rdmaTLs = []string{"rc", "ud", "dc"}
+
+func isRDMA(tl string) bool {
+	for _, p := range rdmaTLs {
+		if strings.HasPrefix(tl, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// NewRDMA returns the UCX transport restricted to RDMA transports (rc, ud, dc, on any verbs
+// device), or ErrUnsupported naming what UCX has when it has none of them.
+func NewRDMA(cfg Config) (transport.Transport, error) {
+	rs, err := Resources()
+	if err != nil {
+		return nil, err
+	}
+	var have, names []string
+	for _, r := range rs {
+		names = append(names, r.Transport+"/"+r.Device)
+		if isRDMA(r.Transport) {
+			have = append(have, r.Transport+"/"+r.Device)
+		}
+	}
+	if len(have) == 0 {
+		return nil, fmt.Errorf("ucx: rdma: %w: no RDMA transport (rc, ud or dc on a verbs device) among UCX's resources [%s]",
+			status.ErrUnsupported, strings.Join(names, " "))
+	}
+	cfg.TLS, cfg.rdma = "rc,ud,dc,self", true
+	return New(cfg)
+}
+
+// New returns a UCX transport.
+func New(cfg Config) (transport.Transport, error) {
+	if cfg.SpinTime <= 0 {
+		cfg.SpinTime = 100
+	}
+	return &Transport{cfg: cfg}, nil
+}
+
+// Transport is the UCX transport. Its worker is created on first use and destroyed when the
+// last server and endpoint close.
+type Transport struct {
+	cfg Config
+
+	mu   sync.Mutex
+	w    *worker // guarded by mu
+	refs int     // servers and endpoints using w; guarded by mu
+}
+
+// Type returns transport.UCX (or RDMA for NewRDMA's).
+func (t *Transport) Type() transport.ConnType {
+	if t.cfg.rdma {
+		return transport.RDMA
+	}
+	return transport.UCX
+}
+
+// acquire returns the worker, starting it if needed; release undoes one acquire.
+func (t *Transport) acquire() (*worker, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.w == nil {
+		w, err := startWorker(t.cfg)
+		if err != nil {
+			return nil, err
+		}
+		t.w = w
+	}
+	t.refs++
+	return t.w, nil
+}
+
+func (t *Transport) release() {
+	t.mu.Lock()
+	t.refs--
+	var w *worker
+	if t.refs == 0 {
+		w, t.w = t.w, nil
+	}
+	t.mu.Unlock()
+	if w != nil {
+		w.stop()
+	}
+}
+
+func statusString(st C.ucs_status_t) string { return C.GoString(C.ucs_status_string(st)) }
+
+// ucsErr maps a UCX status to an error: peer failures and cancellations to ErrPeerClosed,
+// the rest to ErrFailed, with UCX's text.
+func ucsErr(what string, st C.ucs_status_t) error {
+	base := status.ErrFailed
+	switch st {
+	case C.UCS_ERR_CONNECTION_RESET, C.UCS_ERR_ENDPOINT_TIMEOUT, C.UCS_ERR_UNREACHABLE, C.UCS_ERR_CANCELED,
+		C.UCS_ERR_REJECTED, C.UCS_ERR_NOT_CONNECTED:
+		base = status.ErrPeerClosed
+	case C.UCS_ERR_UNSUPPORTED, C.UCS_ERR_NO_DEVICE, C.UCS_ERR_NO_RESOURCE:
+		base = status.ErrUnsupported
+	}
+	return fmt.Errorf("ucx: %s: %s: %w", what, statusString(st), base)
+}
+
+// worker owns a ucp context and worker and the goroutine that makes every UCX call.
+type worker struct {
+	cfg  Config
+	ctx  C.ucp_context_h
+	w    C.ucp_worker_h
+	efd  int
+	addr []byte // this worker's address
+
+	mu       sync.Mutex
+	queue    []func() // work for the loop; guarded by mu
+	sleeping atomic.Bool
+	stopping atomic.Bool
+	done     chan struct{}
+
+	pending []*pend // requests in flight; owned by the loop
+}
+
+// pend is a UCX request an Op waits for.
+type pend struct {
+	req  unsafe.Pointer
+	op   *transport.Op
+	what string
+}
+
+func startWorker(cfg Config) (*worker, error) {
+	w := &worker{cfg: cfg, done: make(chan struct{})}
+	ready := make(chan error, 1)
+	go w.loop(ready) // owned by w: stop ends it and waits
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *worker) init() error {
+	var tls *C.char
+	if w.cfg.TLS != "" {
+		tls = C.CString(w.cfg.TLS)
+		defer C.free(unsafe.Pointer(tls))
+	}
+	if st := C.hmc_ucp_init(tls, &w.ctx); st != C.UCS_OK {
+		return ucsErr("init (UCX_TLS="+w.cfg.TLS+")", st)
+	}
+	if st := C.hmc_worker_create(w.ctx, &w.w); st != C.UCS_OK {
+		C.ucp_cleanup(w.ctx)
+		return ucsErr("worker create", st)
+	}
+	var fd C.int
+	if st := C.ucp_worker_get_efd(w.w, &fd); st != C.UCS_OK {
+		C.ucp_worker_destroy(w.w)
+		C.ucp_cleanup(w.ctx)
+		return ucsErr("worker event fd", st)
+	}
+	w.efd = int(fd)
+	var a *C.ucp_address_t
+	var alen C.size_t
+	if st := C.ucp_worker_get_address(w.w, &a, &alen); st != C.UCS_OK {
+		C.ucp_worker_destroy(w.w)
+		C.ucp_cleanup(w.ctx)
+		return ucsErr("worker address", st)
+	}
+	w.addr = C.GoBytes(unsafe.Pointer(a), C.int(alen))
+	C.ucp_worker_release_address(w.w, a)
+	return nil
+}
+
+// loop is the one goroutine that calls UCX.
+func (w *worker) loop(ready chan<- error) {
+	runtime.LockOSThread() // UCX state is per thread in places; keep it on one
+	defer runtime.UnlockOSThread()
+	defer close(w.done)
+	if err := w.init(); err != nil {
+		ready <- err
+		return
+	}
+	ready <- nil
+	spin := time.Duration(w.cfg.SpinTime) * time.Microsecond
+	lastActive := time.Now()
+	for {
+		w.mu.Lock()
+		q := w.queue
+		w.queue = nil
+		w.mu.Unlock()
+		for _, f := range q {
+			f()
+		}
+		active := len(q) > 0
+		for C.ucp_worker_progress(w.w) != 0 {
+			active = true
+		}
+		if w.poll() {
+			active = true
+		}
+		if w.stopping.Load() && len(w.pending) == 0 {
+			w.mu.Lock()
+			empty := len(w.queue) == 0
+			w.mu.Unlock()
+			if empty {
+				break
+			}
+		}
+		now := time.Now()
+		if active || len(w.pending) > 0 {
+			lastActive = now
+		}
+		if now.Sub(lastActive) < spin {
+			continue
+		}
+		// Idle: sleep on the event fd until UCX or a poster wakes us.
+		w.sleeping.Store(true)
+		w.mu.Lock()
+		queued := len(w.queue) > 0
+		w.mu.Unlock()
+		if !queued && !w.stopping.Load() && C.ucp_worker_arm(w.w) == C.UCS_OK {
+			fds := []unix.PollFd{{Fd: int32(w.efd), Events: unix.POLLIN}}
+			_, _ = unix.Poll(fds, 100) // 100 ms at most: stop and lost wake-ups are noticed
+		}
+		w.sleeping.Store(false)
+		lastActive = time.Now()
+	}
+	C.ucp_worker_destroy(w.w)
+	C.ucp_cleanup(w.ctx)
+}
+
+// poll completes the pending requests that are done. It reports whether any was.
+func (w *worker) poll() bool {
+	any := false
+	keep := w.pending[:0]
+	for _, p := range w.pending {
+		st := C.hmc_req_status(p.req)
+		if st == C.UCS_INPROGRESS {
+			keep = append(keep, p)
+			continue
+		}
+		any = true
+		C.ucp_request_free(p.req)
+		if p.op != nil {
+			var err error
+			if st != C.UCS_OK {
+				err = ucsErr(p.what, st)
+			}
+			p.op.Finish(err)
+		}
+	}
+	clear(w.pending[len(keep):])
+	w.pending = keep
+	return any
+}
+
+// post hands f to the loop.
+func (w *worker) post(f func()) {
+	w.mu.Lock()
+	w.queue = append(w.queue, f)
+	w.mu.Unlock()
+	if w.sleeping.Load() {
+		C.ucp_worker_signal(w.w) // thread-safe: wakes the loop from its poll
+	}
+}
+
+// call runs f on the loop and waits for it.
+func (w *worker) call(f func()) {
+	done := make(chan struct{})
+	w.post(func() { f(); close(done) })
+	<-done
+}
+
+// track makes op wait for req (nil: already complete).
+func (w *worker) track(req unsafe.Pointer, op *transport.Op, what string) {
+	if req == nil {
+		if op != nil {
+			op.Finish(nil)
+		}
+		return
+	}
+	w.pending = append(w.pending, &pend{req: req, op: op, what: what})
+}
+
+func (w *worker) stop() {
+	w.stopping.Store(true)
+	C.ucp_worker_signal(w.w)
+	<-w.done
+}
+
+// wait progresses (on the loop) until req completes, for teardown.
+func (w *worker) wait(req unsafe.Pointer) {
+	if req == nil {
+		return
+	}
+	for deadline := time.Now().Add(5 * time.Second); C.hmc_req_status(req) == C.UCS_INPROGRESS && time.Now().Before(deadline); {
+		C.ucp_worker_progress(w.w)
+	}
+	C.ucp_request_free(req)
+}
+
+// peerFailureTLs says whether the configured transports (Config.TLS, else UCX_TLS, else all)
+// include one that supports peer failure handling (tcp and the RDMA ones do; UCX 1.13's
+// shared-memory ones do not, and asking for it with them only logs an error and fails).
+func (w *worker) peerFailureTLs() bool {
+	tls := w.cfg.TLS
+	if tls == "" {
+		tls = os.Getenv("UCX_TLS")
+	}
+	if tls == "" {
+		return true
+	}
+	for _, t := range strings.Split(strings.TrimPrefix(tls, "^"), ",") {
+		t = strings.TrimSpace(t)
+		if strings.HasPrefix(tls, "^") || t == "all" || t == "tcp" || t == "ib" || isRDMA(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// memMap registers region (on the loop).
+func (w *worker) memMap(b []byte) (C.ucp_mem_h, error) {
+	var memh C.ucp_mem_h
+	var st C.ucs_status_t
+	w.call(func() { st = C.hmc_mem_map(w.ctx, unsafe.Pointer(unsafe.SliceData(b)), C.size_t(len(b)), &memh) })
+	if st != C.UCS_OK {
+		return nil, ucsErr("mem map", st)
+	}
+	return memh, nil
+}
+
+func (w *worker) memUnmap(memh C.ucp_mem_h) {
+	w.call(func() { C.ucp_mem_unmap(w.ctx, memh) })
+}
+
+type server struct {
+	t      *Transport
+	w      *worker
+	memh   C.ucp_mem_h
+	region []byte
+	rkey   []byte
+	rank   uint32
+	accept func(transport.PeerInfo)
+	l      net.Listener
+	acc    *acceptor.Server[net.Conn]
+	once   sync.Once
+}
+
+// Listen maps the region and serves the bootstrap socket on cfg.BindAddr (TCP host:port).
+func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error) {
+	if cfg.Region == nil {
+		return nil, fmt.Errorf("ucx: listen without a region: %w", status.ErrInvalidConfig)
+	}
+	region := cfg.Region.Bytes()
+	if region == nil {
+		return nil, fmt.Errorf("ucx: region is %v memory; this UCX build registers host memory only: %w",
+			cfg.Region.Type(), status.ErrUnsupported)
+	}
+	l, err := net.Listen("tcp", cfg.BindAddr)
+	if err != nil {
+		return nil, fmt.Errorf("ucx: listen %s: %w: %w", cfg.BindAddr, status.ErrInvalidConfig, err)
+	}
+	w, err := t.acquire()
+	if err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	s := &server{t: t, w: w, region: region, rank: cfg.Rank, accept: cfg.OnAccept, l: l}
+	if s.memh, err = w.memMap(region); err != nil {
+		_ = l.Close()
+		t.release()
+		return nil, err
+	}
+	var st C.ucs_status_t
+	w.call(func() {
+		var buf unsafe.Pointer
+		var n C.size_t
+		if st = C.ucp_rkey_pack(w.ctx, s.memh, &buf, &n); st == C.UCS_OK {
+			s.rkey = C.GoBytes(buf, C.int(n))
+			C.ucp_rkey_buffer_release(buf)
+		}
+	})
+	if st != C.UCS_OK {
+		w.memUnmap(s.memh)
+		_ = l.Close()
+		t.release()
+		return nil, ucsErr("rkey pack", st)
+	}
+	s.acc = acceptor.Start[net.Conn](l, l.Accept, s.serve, slog.New(slog.DiscardHandler), "ucx")
+	return s, nil
+}
+
+func (s *server) Addr() string { return s.l.Addr().String() }
+
+// serve answers one initiator's hello and holds the link open as its liveness signal.
+func (s *server) serve(c net.Conn) {
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	h, err := readHello(c)
+	if err != nil {
+		return
+	}
+	if s.accept != nil {
+		ip, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		s.accept(transport.PeerInfo{Rank: h.rank, IP: ip, ListenPort: int(h.listenPort)})
+	}
+	wel := welcome{rank: s.rank, regionAddr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(s.region)))),
+		regionSize: uint64(len(s.region)), rkey: s.rkey, workerAddr: s.w.addr}
+	if _, err := c.Write(wel.encode()); err != nil {
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	_, _ = io.Copy(io.Discard, c) // until the initiator or Close ends the link
+}
+
+// Close stops serving: bootstrap links close (initiators fail from then on), the region is
+// unmapped, and the worker is released.
+func (s *server) Close() error {
+	var err error
+	s.once.Do(func() {
+		err = s.acc.Close()
+		s.w.memUnmap(s.memh)
+		s.t.release()
+	})
+	return err
+}
+
+// endpoint is an initiator's connection to one target.
+type endpoint struct {
+	t          *Transport
+	w          *worker
+	ep         C.ucp_ep_h
+	rkey       C.ucp_rkey_h
+	errflag    *C.int // set by UCX's error callback (C memory)
+	local      []byte
+	localMemh  C.ucp_mem_h
+	remoteAddr uint64
+	remoteSize uint64
+	link       net.Conn
+	dead       atomic.Pointer[error]
+	closed     atomic.Bool
+	closeOnce  sync.Once
+	linkDone   chan struct{}
+}
+
+// Dial connects to the target's bootstrap socket, then creates the UCX endpoint.
+func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transport.Endpoint, error) {
+	if cfg.Local == nil {
+		return nil, fmt.Errorf("ucx: dial without a local region: %w", status.ErrInvalidConfig)
+	}
+	local := cfg.Local.Bytes()
+	if local == nil {
+		return nil, fmt.Errorf("ucx: local region is %v memory; this UCX build registers host memory only: %w",
+			cfg.Local.Type(), status.ErrUnsupported)
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", cfg.Addr)
+	if err != nil {
+		if cerr := status.FromContext(ctx); cerr != nil {
+			return nil, fmt.Errorf("ucx: dial %s: %w", cfg.Addr, cerr)
+		}
+		return nil, fmt.Errorf("ucx: dial %s: %w: %w", cfg.Addr, status.ErrPeerClosed, err)
+	}
+	w, err := t.acquire()
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	ep, err := t.setup(ctx, w, conn, cfg, local)
+	if err != nil {
+		_ = conn.Close()
+		t.release()
+		return nil, err
+	}
+	go ep.watchLink() // owned by ep: Close closes the link and waits
+	return ep, nil
+}
+
+func (t *Transport) setup(ctx context.Context, w *worker, conn net.Conn, cfg transport.DialConfig, local []byte) (*endpoint, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	} else {
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	}
+	if _, err := conn.Write(hello{rank: cfg.Rank, listenPort: uint32(cfg.ListenPort), workerAddr: w.addr}.encode()); err != nil {
+		return nil, fmt.Errorf("ucx: hello to %s: %w: %w", cfg.Addr, status.ErrPeerClosed, err)
+	}
+	wel, err := readWelcome(conn)
+	if err != nil {
+		if cerr := status.FromContext(ctx); cerr != nil {
+			return nil, fmt.Errorf("ucx: welcome from %s: %w", cfg.Addr, cerr)
+		}
+		return nil, err
+	}
+	_ = conn.SetDeadline(time.Time{})
+	e := &endpoint{t: t, w: w, local: local, remoteAddr: wel.regionAddr, remoteSize: wel.regionSize, link: conn,
+		linkDone: make(chan struct{})}
+	e.errflag = (*C.int)(C.calloc(1, C.size_t(unsafe.Sizeof(C.int(0)))))
+	if e.localMemh, err = w.memMap(local); err != nil {
+		C.free(unsafe.Pointer(e.errflag))
+		return nil, err
+	}
+	var st C.ucs_status_t
+	what := "endpoint create"
+	w.call(func() {
+		addr := C.CBytes(wel.workerAddr)
+		defer C.free(addr)
+		// Peer failure handling where the transports support it (tcp, rc, ...); shared-memory
+		// transports do not (UCX 1.13), so they go without it: the bootstrap link still tells
+		// a closed or dead target.
+		mode := C.int(0)
+		if w.peerFailureTLs() {
+			mode = 1
+		}
+		if st = C.hmc_ep_create(w.w, addr, e.errflag, mode, &e.ep); st == C.UCS_ERR_UNREACHABLE && mode == 1 {
+			st = C.hmc_ep_create(w.w, addr, e.errflag, 0, &e.ep)
+		}
+		if st != C.UCS_OK {
+			return
+		}
+		rk := C.CBytes(wel.rkey)
+		defer C.free(rk)
+		if st = C.ucp_ep_rkey_unpack(e.ep, rk, &e.rkey); st != C.UCS_OK {
+			what = "rkey unpack"
+			w.wait(C.hmc_ep_close(e.ep, 1))
+		}
+	})
+	if st != C.UCS_OK {
+		w.memUnmap(e.localMemh)
+		C.free(unsafe.Pointer(e.errflag))
+		return nil, ucsErr(what+" for "+cfg.Addr, st)
+	}
+	return e, nil
+}
+
+// watchLink marks the endpoint dead when the target's bootstrap link ends.
+func (e *endpoint) watchLink() {
+	defer close(e.linkDone)
+	_, _ = io.Copy(io.Discard, e.link)
+	err := fmt.Errorf("ucx: target closed its link: %w", status.ErrPeerClosed)
+	e.dead.CompareAndSwap(nil, &err)
+}
+
+func (e *endpoint) RemoteSize() uint64 { return e.remoteSize }
+
+func (e *endpoint) check(localOff, remoteOff, n uint64) error {
+	if e.closed.Load() {
+		return fmt.Errorf("ucx: endpoint: %w", status.ErrClosed)
+	}
+	if p := e.dead.Load(); p != nil {
+		return *p
+	}
+	if *(*int32)(unsafe.Pointer(e.errflag)) != 0 {
+		return ucsErr("endpoint", C.ucs_status_t(*e.errflag))
+	}
+	return transport.CheckRanges(uint64(len(e.local)), e.remoteSize, localOff, remoteOff, n)
+}
+
+// PutAsync posts the put and a flush; the Op completes when the flush does (bytes visible).
+func (e *endpoint) PutAsync(ctx context.Context, localOff, remoteOff, n uint64) (*transport.Op, error) {
+	return e.post(ctx, true, localOff, remoteOff, n)
+}
+
+// GetAsync posts the get; the Op completes when the bytes are in the local region.
+func (e *endpoint) GetAsync(ctx context.Context, localOff, remoteOff, n uint64) (*transport.Op, error) {
+	return e.post(ctx, false, localOff, remoteOff, n)
+}
+
+func (e *endpoint) post(ctx context.Context, put bool, localOff, remoteOff, n uint64) (*transport.Op, error) {
+	if err := e.check(localOff, remoteOff, n); err != nil {
+		return nil, err
+	}
+	if err := status.FromContext(ctx); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return transport.NewOp(0), nil
+	}
+	parts := 1
+	if put {
+		parts = 2
+	}
+	op := transport.NewOp(parts)
+	buf := unsafe.Pointer(&e.local[localOff])
+	raddr := C.uint64_t(e.remoteAddr + remoteOff)
+	e.w.post(func() {
+		if e.closed.Load() {
+			for range parts {
+				op.Finish(fmt.Errorf("ucx: endpoint: %w", status.ErrClosed))
+			}
+			return
+		}
+		var st C.ucs_status_t
+		if put {
+			req := C.hmc_put(e.ep, buf, C.size_t(n), raddr, e.rkey, &st)
+			if st != C.UCS_OK {
+				op.Finish(ucsErr("put", st))
+			} else {
+				e.w.track(req, op, "put")
+			}
+			req = C.hmc_flush(e.ep, &st)
+			if st != C.UCS_OK {
+				op.Finish(ucsErr("flush", st))
+			} else {
+				e.w.track(req, op, "flush")
+			}
+			return
+		}
+		req := C.hmc_get(e.ep, buf, C.size_t(n), raddr, e.rkey, &st)
+		if st != C.UCS_OK {
+			op.Finish(ucsErr("get", st))
+			return
+		}
+		e.w.track(req, op, "get")
+	})
+	return op, nil
+}
+
+// Close closes the UCX endpoint (in-flight operations fail), unmaps the local region and
+// releases the worker. Idempotent.
+func (e *endpoint) Close() error {
+	e.closeOnce.Do(func() {
+		e.closed.Store(true)
+		_ = e.link.Close()
+		<-e.linkDone
+		e.w.call(func() {
+			// Requests of this endpoint still pending complete (with an error) once it is
+			// closed by force; the loop finishes their Ops.
+			C.ucp_rkey_destroy(e.rkey)
+			e.w.wait(C.hmc_ep_close(e.ep, 1))
+		})
+		e.w.memUnmap(e.localMemh)
+		e.t.release()
+		// errflag stays allocated: UCX may not call the error callback after close, but a late
+		// check must not read freed memory (4 bytes per endpoint ever closed).
+	})
+	return nil
+}
+
