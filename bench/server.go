@@ -62,7 +62,11 @@ func Serve(ctx context.Context, cfg ServerConfig, ready func(dataAddr string, ct
 	if err := c.InitServer(cfg.BindIP, cfg.DataPort, cfg.CtrlPort, "", cfg.Transport); err != nil {
 		return err
 	}
-	ready(c.DataAddr(transport.AUTO), c.CtrlAddr().Port) // the TCP port names the server for every transport
+	named := transport.AUTO // the TCP port names the server for TCP, SHM and AUTO
+	if cfg.Transport == transport.UCX || cfg.Transport == transport.RDMA {
+		named = cfg.Transport // UCX and RDMA serve on their own port
+	}
+	ready(c.DataAddr(named), c.CtrlAddr().Port)
 	var dest []byte
 	var devMem *memory.Memory
 	var devBuf *memory.Buffer

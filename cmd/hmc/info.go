@@ -9,6 +9,7 @@ import (
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/transport"
 	"github.com/hmc-go/hmc/transport/shm"
+	"github.com/hmc-go/hmc/transport/ucx"
 )
 
 func infoCmd() *cobra.Command {
@@ -33,6 +34,12 @@ func infoCmd() *cobra.Command {
 			for _, ct := range []transport.ConnType{transport.TCP, transport.SHM, transport.UCX, transport.RDMA, transport.AUTO} {
 				fmt.Fprintf(w, "%v\t%d\t%s\n", ct, int(ct), transportStatus(ct))
 			}
+			if rs, err := ucx.Resources(); err == nil {
+				fmt.Fprintln(w, "\nUCX TRANSPORT\tDEVICE\tMEMORY DOMAIN")
+				for _, r := range rs {
+					fmt.Fprintf(w, "%s\t%s\t%s\n", r.Transport, r.Device, r.MD)
+				}
+			}
 			return w.Flush()
 		},
 	}
@@ -50,16 +57,25 @@ func transportStatus(ct transport.ConnType) string {
 	case transport.TCP:
 		return "available (pure Go, multi-lane)"
 	case transport.AUTO:
-		return "available: shm when the peer's address is one of this host's and its server answers with this kernel's boot id, else tcp (ucx/rdma not built yet)"
+		return "available: shm when the peer's address is one of this host's and its server answers with this kernel's boot id, else tcp"
 	case transport.SHM:
 		if _, err := shm.BootID(); err != nil {
 			return "unavailable: " + err.Error()
 		}
 		return "available (same host: sealed memfd passed over a Unix socket, initiator-only copies)"
 	case transport.UCX:
-		return "unavailable: this binary was built without the ucx build tag"
+		if _, err := ucx.New(ucx.Config{}); err != nil {
+			return "unavailable: " + err.Error()
+		}
+		if _, err := ucx.Resources(); err != nil {
+			return "unavailable: " + err.Error()
+		}
+		return "available (libucp; UCX_TLS selects its transports, listed below)"
 	case transport.RDMA:
-		return "unavailable: RDMA goes through UCX, which this binary was built without"
+		if _, err := ucx.NewRDMA(ucx.Config{}); err != nil {
+			return "unavailable: " + err.Error()
+		}
+		return "available (UCX on rc/ud/dc)"
 	}
 	return "unknown"
 }

@@ -31,4 +31,3 @@ type Resource struct{ Component, MD, Transport, Device string }
 
 // Resources returns ErrUnsupported (no UCX in this build).
 func Resources() ([]Resource, error) { return nil, errNotBuilt }
-

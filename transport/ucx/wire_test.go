@@ -1,0 +1,63 @@
+package ucx
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/hmc-go/hmc/status"
+)
+
+func TestBootstrapRoundTrip(t *testing.T) {
+	h := hello{rank: 7, listenPort: 4242, workerAddr: []byte("worker-address")}
+	got, err := readHello(bytes.NewReader(h.encode()))
+	if err != nil || got.rank != 7 || got.listenPort != 4242 || string(got.workerAddr) != "worker-address" {
+		t.Fatalf("hello %+v %v", got, err)
+	}
+	w := welcome{rank: 3, regionAddr: 0x7f0000000000, regionSize: 1 << 30, rkey: []byte{1, 2, 3}, workerAddr: []byte{9}}
+	gw, err := readWelcome(bytes.NewReader(w.encode()))
+	if err != nil || gw.rank != 3 || gw.regionAddr != w.regionAddr || gw.regionSize != w.regionSize ||
+		!bytes.Equal(gw.rkey, w.rkey) || !bytes.Equal(gw.workerAddr, w.workerAddr) {
+		t.Fatalf("welcome %+v %v", gw, err)
+	}
+	if b := h.encode(); string(b[:4]) != "HMCU" || binary.LittleEndian.Uint16(b[4:]) != 1 || len(b) != 20+14 {
+		t.Fatalf("hello bytes % x", b)
+	}
+}
+
+func TestBootstrapRejects(t *testing.T) {
+	good := hello{rank: 1, listenPort: 1, workerAddr: []byte("a")}.encode()
+	mut := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+	cases := map[string][]byte{
+		"magic":     mut(func(b []byte) []byte { b[0] = 'X'; return b }),
+		"version":   mut(func(b []byte) []byte { b[4] = 9; return b }),
+		"flags":     mut(func(b []byte) []byte { b[6] = 1; return b }),
+		"port":      mut(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[12:], 70000); return b }),
+		"empty":     mut(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[16:], 0); return b[:20] }),
+		"huge":      mut(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[16:], 1<<30); return b }),
+		"truncated": good[:len(good)-1],
+		"short":     good[:10],
+	}
+	for name, b := range cases {
+		if _, err := readHello(bytes.NewReader(b)); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if status.CodeOf(err) == status.Success {
+			t.Errorf("%s: untyped %v", name, err)
+		}
+	}
+	w := welcome{regionAddr: ^uint64(0) - 10, regionSize: 100, rkey: []byte{1}, workerAddr: []byte{1}}.encode()
+	if _, err := readWelcome(bytes.NewReader(w)); !errors.Is(err, status.ErrProtocol) {
+		t.Errorf("wrapping region accepted: %v", err)
+	}
+}
+
+func FuzzReadHello(f *testing.F) {
+	f.Add(hello{rank: 1, listenPort: 2, workerAddr: []byte("x")}.encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := readHello(bytes.NewReader(b))
+		if err == nil && (len(h.workerAddr) == 0 || len(h.workerAddr) > maxBlob || h.listenPort > 65535) {
+			t.Fatalf("accepted %+v", h)
+		}
+	})
+}
