@@ -12,7 +12,8 @@ import (
 // Op is the completion of a non-blocking transfer, possibly made of several parts (chunks on
 // several lanes). It completes when every part has finished; its error is the first part's error.
 type Op struct {
-	spin  time.Duration // Wait polls this long before blocking (SetSpin)
+	spin  time.Duration // Wait polls this long before blocking (SetPoll)
+	poll  func()        // called on each poll, if set
 	parts atomic.Int32
 	done  chan struct{}
 	once  sync.Once
@@ -59,10 +60,11 @@ func (o *Op) Err() error {
 	}
 }
 
-// SetSpin makes Wait poll for up to d before it blocks: for transports whose completions are
-// delivered by a busy-polling goroutine, where a short operation would otherwise pay a thread
-// wake-up (tens of µs on a VM) on top of a few µs of work. Call it before handing the Op out.
-func (o *Op) SetSpin(d time.Duration) { o.spin = d }
+// SetPoll makes Wait poll for up to d before it blocks, calling fn (if not nil) on each poll:
+// for transports where the waiter can drive completion itself (UCX progress), so a short
+// operation does not pay a thread wake-up (tens of µs on a VM) on top of a few µs of work. Call
+// it before handing the Op out.
+func (o *Op) SetPoll(d time.Duration, fn func()) { o.spin, o.poll = d, fn }
 
 // Wait blocks until the Op completes or ctx ends, and returns the Op's error or the context's
 // (wrapped with status.ErrTimeout or status.ErrCanceled).
@@ -78,6 +80,9 @@ func (o *Op) Wait(ctx context.Context) error {
 			case <-o.done:
 				return o.Err()
 			default:
+			}
+			if o.poll != nil {
+				o.poll()
 			}
 		}
 	}

@@ -30,7 +30,7 @@ static ucs_status_t hmc_worker_create(ucp_context_h ctx, ucp_worker_h *w) {
 	ucp_worker_params_t p;
 	memset(&p, 0, sizeof p);
 	p.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-	p.thread_mode = UCS_THREAD_MODE_SINGLE;
+	p.thread_mode = UCS_THREAD_MODE_SERIALIZED;
 	return ucp_worker_create(ctx, &p, w);
 }
 
@@ -151,7 +151,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -176,10 +175,10 @@ type Config struct {
 	// overrides UCX_TLS. Empty: the environment's.
 	TLS string
 	// SpinTime is how long, in microseconds, the progress loop busy-polls after activity before
-	// sleeping on the worker's event fd (and, up to 100 µs of it, how long a Wait polls before
-	// blocking). Default: HMC_UCX_SPIN_US from the environment, else 100. A target whose peers
-	// use software-emulated RMA (UCX's shared-memory transports on memory UCX did not allocate)
-	// answers faster with a longer spin, at the cost of a core.
+	// sleeping on the worker's event fd, and how long a Wait drives progress itself before it
+	// blocks. Default: HMC_UCX_SPIN_US from the environment, else 1000 (a target serving
+	// software-emulated RMA — UCX's shared-memory transports on memory UCX did not allocate —
+	// must answer each fragment; a sleeping target costs a thread wake-up per fragment).
 	SpinTime int
 	rdma     bool
 }
@@ -242,7 +241,7 @@ func NewRDMA(cfg Config) (transport.Transport, error) {
 // New returns a UCX transport.
 func New(cfg Config) (transport.Transport, error) {
 	if cfg.SpinTime <= 0 {
-		cfg.SpinTime = 100
+		cfg.SpinTime = 1000
 		if v, err := strconv.Atoi(os.Getenv("HMC_UCX_SPIN_US")); err == nil && v > 0 {
 			cfg.SpinTime = v
 		}
@@ -312,7 +311,11 @@ func ucsErr(what string, st C.ucs_status_t) error {
 	return fmt.Errorf("ucx: %s: %s: %w", what, statusString(st), base)
 }
 
-// worker owns a ucp context and worker and the goroutine that makes every UCX call.
+// worker owns a ucp context and worker. Every UCX call is made with pmu held (the worker runs in
+// UCS_THREAD_MODE_SERIALIZED): by callers posting operations, by callers waiting for them
+// (they drive progress themselves, so a completion costs no thread wake-up), and by the
+// background loop, which progresses when nobody waits (target side, operations left in flight)
+// and sleeps on the worker's event fd when idle.
 type worker struct {
 	cfg  Config
 	ctx  C.ucp_context_h
@@ -320,13 +323,12 @@ type worker struct {
 	efd  int
 	addr []byte // this worker's address
 
-	mu       sync.Mutex
-	queue    []func() // work for the loop; guarded by mu
-	sleeping atomic.Bool
-	stopping atomic.Bool
-	done     chan struct{}
-
-	pending []*pend // requests in flight; owned by the loop
+	pmu        sync.Mutex
+	pending    []*pend // requests in flight; guarded by pmu
+	sleeping   atomic.Bool
+	stopping   atomic.Bool
+	lastWaiter atomic.Int64 // when a waiter last drove progress (UnixNano)
+	done       chan struct{}
 }
 
 // pend is a UCX request an Op waits for.
@@ -338,11 +340,10 @@ type pend struct {
 
 func startWorker(cfg Config) (*worker, error) {
 	w := &worker{cfg: cfg, done: make(chan struct{})}
-	ready := make(chan error, 1)
-	go w.loop(ready) // owned by w: stop ends it and waits
-	if err := <-ready; err != nil {
+	if err := w.init(); err != nil {
 		return nil, err
 	}
+	go w.loop() // owned by w: stop ends it and waits
 	return w, nil
 }
 
@@ -378,65 +379,67 @@ func (w *worker) init() error {
 	return nil
 }
 
-// loop is the one goroutine that calls UCX.
-func (w *worker) loop(ready chan<- error) {
-	runtime.LockOSThread() // UCX state is per thread in places; keep it on one
-	defer runtime.UnlockOSThread()
+// loop progresses the worker when no waiter does.
+func (w *worker) loop() {
 	defer close(w.done)
-	if err := w.init(); err != nil {
-		ready <- err
-		return
-	}
-	ready <- nil
 	spin := time.Duration(w.cfg.SpinTime) * time.Microsecond
 	lastActive := time.Now()
 	for {
-		w.mu.Lock()
-		q := w.queue
-		w.queue = nil
-		w.mu.Unlock()
-		for _, f := range q {
-			f()
-		}
-		active := len(q) > 0
-		for C.ucp_worker_progress(w.w) != 0 {
-			active = true
-		}
-		if w.poll() {
-			active = true
-		}
-		if w.stopping.Load() && len(w.pending) == 0 {
-			w.mu.Lock()
-			empty := len(w.queue) == 0
-			w.mu.Unlock()
-			if empty {
+		if w.stopping.Load() {
+			w.pmu.Lock()
+			n := len(w.pending)
+			w.pmu.Unlock()
+			if n == 0 {
 				break
 			}
 		}
+		if time.Since(time.Unix(0, w.lastWaiter.Load())) < 20*time.Microsecond {
+			// A waiter drives progress: stay off the cores it and the peer need.
+			time.Sleep(50 * time.Microsecond)
+			continue
+		}
+		w.pmu.Lock()
+		active := w.progress()
+		npend := len(w.pending)
+		w.pmu.Unlock()
 		now := time.Now()
-		if active || len(w.pending) > 0 {
+		if active || npend > 0 {
 			lastActive = now
 		}
 		if now.Sub(lastActive) < spin {
 			continue
 		}
-		// Idle: sleep on the event fd until UCX or a poster wakes us.
+		// Idle: sleep on the event fd until UCX or a poster wakes us. A poster adds its request
+		// under pmu and then signals if sleeping is set, so setting it before the check under
+		// pmu loses no wake-up.
 		w.sleeping.Store(true)
-		w.mu.Lock()
-		queued := len(w.queue) > 0
-		w.mu.Unlock()
-		if !queued && !w.stopping.Load() && C.ucp_worker_arm(w.w) == C.UCS_OK {
+		w.pmu.Lock()
+		armed := len(w.pending) == 0 && !w.stopping.Load() && C.ucp_worker_arm(w.w) == C.UCS_OK
+		w.pmu.Unlock()
+		if armed {
 			fds := []unix.PollFd{{Fd: int32(w.efd), Events: unix.POLLIN}}
-			_, _ = unix.Poll(fds, 100) // 100 ms at most: stop and lost wake-ups are noticed
+			_, _ = unix.Poll(fds, 100) // 100 ms at most: stop is noticed
 		}
 		w.sleeping.Store(false)
 		lastActive = time.Now()
 	}
+	w.pmu.Lock()
 	C.ucp_worker_destroy(w.w)
 	C.ucp_cleanup(w.ctx)
+	w.pmu.Unlock()
 }
 
-// poll completes the pending requests that are done. It reports whether any was.
+// progress runs UCX's progress and completes finished requests. Caller holds pmu.
+func (w *worker) progress() bool {
+	active := false
+	for C.ucp_worker_progress(w.w) != 0 {
+		active = true
+	}
+	return w.poll() || active
+}
+
+// poll completes the pending requests that are done. It reports whether any was. Caller holds
+// pmu.
 func (w *worker) poll() bool {
 	any := false
 	keep := w.pending[:0]
@@ -461,24 +464,27 @@ func (w *worker) poll() bool {
 	return any
 }
 
-// post hands f to the loop.
-func (w *worker) post(f func()) {
-	w.mu.Lock()
-	w.queue = append(w.queue, f)
-	w.mu.Unlock()
+// tryProgress is a waiter's poll step: progress if nobody else is.
+func (w *worker) tryProgress() {
+	w.lastWaiter.Store(time.Now().UnixNano())
+	if w.pmu.TryLock() {
+		w.progress()
+		w.pmu.Unlock()
+	}
+}
+
+// call runs f with the worker (pmu held), then wakes the loop if it sleeps, so that what f
+// started progresses.
+func (w *worker) call(f func()) {
+	w.pmu.Lock()
+	f()
+	w.pmu.Unlock()
 	if w.sleeping.Load() {
 		C.ucp_worker_signal(w.w) // thread-safe: wakes the loop from its poll
 	}
 }
 
-// call runs f on the loop and waits for it.
-func (w *worker) call(f func()) {
-	done := make(chan struct{})
-	w.post(func() { f(); close(done) })
-	<-done
-}
-
-// track makes op wait for req (nil: already complete).
+// track makes op wait for req (nil: already complete). Caller holds pmu.
 func (w *worker) track(req unsafe.Pointer, op *transport.Op, what string) {
 	if req == nil {
 		if op != nil {
@@ -495,7 +501,7 @@ func (w *worker) stop() {
 	<-w.done
 }
 
-// wait progresses (on the loop) until req completes, for teardown.
+// wait progresses until req completes, for teardown. Caller holds pmu.
 func (w *worker) wait(req unsafe.Pointer) {
 	if req == nil {
 		return
@@ -788,10 +794,10 @@ func (e *endpoint) post(ctx context.Context, put bool, localOff, remoteOff, n ui
 		parts = 2
 	}
 	op := transport.NewOp(parts)
-	op.SetSpin(time.Duration(min(e.t.cfg.SpinTime, 100)) * time.Microsecond)
+	op.SetPoll(time.Duration(e.t.cfg.SpinTime)*time.Microsecond, e.w.tryProgress)
 	buf := unsafe.Pointer(&e.local[localOff])
 	raddr := C.uint64_t(e.remoteAddr + remoteOff)
-	e.w.post(func() {
+	e.w.call(func() {
 		if e.closed.Load() {
 			for range parts {
 				op.Finish(fmt.Errorf("ucx: endpoint: %w", status.ErrClosed))
