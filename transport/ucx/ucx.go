@@ -333,9 +333,11 @@ type worker struct {
 
 // pend is a UCX request an Op waits for.
 type pend struct {
-	req  unsafe.Pointer
-	op   *transport.Op
-	what string
+	req   unsafe.Pointer
+	op    *transport.Op
+	what  string
+	flush *endpoint       // a flush of this endpoint: on completion, ops finish and the next batch flushes
+	ops   []*transport.Op // the puts this flush makes visible
 }
 
 func startWorker(cfg Config) (*worker, error) {
@@ -442,6 +444,7 @@ func (w *worker) progress() bool {
 // pmu.
 func (w *worker) poll() bool {
 	any := false
+	var done []*endpoint
 	keep := w.pending[:0]
 	for _, p := range w.pending {
 		st := C.hmc_req_status(p.req)
@@ -451,16 +454,26 @@ func (w *worker) poll() bool {
 		}
 		any = true
 		C.ucp_request_free(p.req)
+		var err error
+		if st != C.UCS_OK {
+			err = ucsErr(p.what, st)
+		}
 		if p.op != nil {
-			var err error
-			if st != C.UCS_OK {
-				err = ucsErr(p.what, st)
-			}
 			p.op.Finish(err)
+		}
+		for _, op := range p.ops {
+			op.Finish(err)
+		}
+		if p.flush != nil {
+			done = append(done, p.flush)
 		}
 	}
 	clear(w.pending[len(keep):])
 	w.pending = keep
+	for _, e := range done { // flushes completed: flush what was put meanwhile
+		e.flushing = false
+		e.flushBatch()
+	}
 	return any
 }
 
@@ -654,6 +667,44 @@ type endpoint struct {
 	closed     atomic.Bool
 	closeOnce  sync.Once
 	linkDone   chan struct{}
+
+	// Flush coalescing (guarded by the worker's pmu): at most one flush in flight per
+	// endpoint; puts posted meanwhile wait in batch for the next one, which a completing flush
+	// issues. A flush completes every operation posted before it, so each put is still visible
+	// at the target when its Op completes, and a stream of puts pays one flush per batch.
+	flushing bool
+	batch    []*transport.Op
+}
+
+// flushBatch issues one flush for the batched puts, unless one is in flight. Caller holds pmu.
+func (e *endpoint) flushBatch() {
+	if e.flushing || len(e.batch) == 0 {
+		return
+	}
+	ops := e.batch
+	e.batch = nil
+	if e.closed.Load() {
+		for _, op := range ops {
+			op.Finish(fmt.Errorf("ucx: endpoint: %w", status.ErrClosed))
+		}
+		return
+	}
+	var st C.ucs_status_t
+	req := C.hmc_flush(e.ep, &st)
+	if st != C.UCS_OK {
+		for _, op := range ops {
+			op.Finish(ucsErr("flush", st))
+		}
+		return
+	}
+	if req == nil {
+		for _, op := range ops {
+			op.Finish(nil)
+		}
+		return
+	}
+	e.flushing = true
+	e.w.pending = append(e.w.pending, &pend{req: req, what: "flush", flush: e, ops: ops})
 }
 
 // Dial connects to the target's bootstrap socket, then creates the UCX endpoint.
@@ -812,12 +863,8 @@ func (e *endpoint) post(ctx context.Context, put bool, localOff, remoteOff, n ui
 			} else {
 				e.w.track(req, op, "put")
 			}
-			req = C.hmc_flush(e.ep, &st)
-			if st != C.UCS_OK {
-				op.Finish(ucsErr("flush", st))
-			} else {
-				e.w.track(req, op, "flush")
-			}
+			e.batch = append(e.batch, op)
+			e.flushBatch()
 			return
 		}
 		req := C.hmc_get(e.ep, buf, C.size_t(n), raddr, e.rkey, &st)
@@ -842,6 +889,10 @@ func (e *endpoint) Close() error {
 			// closed by force; the loop finishes their Ops.
 			C.ucp_rkey_destroy(e.rkey)
 			e.w.wait(C.hmc_ep_close(e.ep, 1))
+			for _, op := range e.batch { // puts that waited for a flush that will not come
+				op.Finish(fmt.Errorf("ucx: endpoint: %w", status.ErrClosed))
+			}
+			e.batch = nil
 		})
 		e.w.memUnmap(e.localMemh)
 		e.t.release()
