@@ -25,6 +25,8 @@ type cudaAPI struct {
 	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, n uint64) int32
 	cuMemcpyDtoD              func(dst, src uint64, n uint64) int32
 	cuGetErrorString          func(res int32, str *uintptr) int32
+	cuMemHostAlloc            func(p *uintptr, size uint64, flags uint32) int32
+	cuMemFreeHost             func(p uintptr) int32
 }
 
 // loadCUDA loads the driver once per process: the library is process-global by nature.
@@ -47,6 +49,8 @@ var loadCUDA = sync.OnceValues(func() (*cudaAPI, error) {
 		{"cuMemcpyDtoH_v2", &a.cuMemcpyDtoH},
 		{"cuMemcpyDtoD_v2", &a.cuMemcpyDtoD},
 		{"cuGetErrorString", &a.cuGetErrorString},
+		{"cuMemHostAlloc", &a.cuMemHostAlloc},
+		{"cuMemFreeHost", &a.cuMemFreeHost},
 	}); err != nil {
 		return nil, err
 	}
@@ -154,6 +158,17 @@ func (c *cudaBackend) copyDeviceToHost(dst []byte, src Ptr) error {
 
 func (c *cudaBackend) copyDeviceToDevice(dst, src Ptr, n uint64) error {
 	return c.do("cuMemcpyDtoD", func() int32 { return c.api.cuMemcpyDtoD(uint64(dst), uint64(src), n) })
+}
+
+// allocStaging allocates page-locked host memory (portable across contexts), for staging rings.
+func (c *cudaBackend) allocStaging(size uint64) ([]byte, func() error, error) {
+	var p uintptr
+	const portable = 0x01 // CU_MEMHOSTALLOC_PORTABLE
+	if err := c.do("cuMemHostAlloc", func() int32 { return c.api.cuMemHostAlloc(&p, size, portable) }); err != nil {
+		return nil, nil, err
+	}
+	free := func() error { return c.do("cuMemFreeHost", func() int32 { return c.api.cuMemFreeHost(p) }) }
+	return HostSlice(Ptr(p), size), free, nil
 }
 
 func (c *cudaBackend) close() error {

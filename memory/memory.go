@@ -54,6 +54,9 @@ func New(deviceID int, t Type) (*Memory, error) {
 		be = hostBackend{}
 	case NvidiaGPU:
 		be, err = newCUDABackend(deviceID)
+		if err != nil && emulating() {
+			be, err = emulatedBackend{}, nil
+		}
 	case AMDGPU:
 		be, err = newHIPBackend(deviceID)
 	case CambriconMLU, MooreGPU, HuaweiAscendNPU:
@@ -85,6 +88,9 @@ func Probe(t Type) error {
 		return nil
 	case NvidiaGPU:
 		_, err := cudaDeviceCount()
+		if err != nil && emulating() {
+			return nil
+		}
 		return err
 	case AMDGPU:
 		_, err := hipDeviceCount()
@@ -134,6 +140,21 @@ func (m *Memory) Free(b *Buffer) error {
 	}
 	delete(m.live, b)
 	return m.be.free(b)
+}
+
+// AllocStaging returns size bytes of host memory for staging copies to and from this Memory's
+// device: page-locked (cuMemHostAlloc) on CUDA, so device copies run at full speed, ordinary
+// memory elsewhere. free releases it.
+func (m *Memory) AllocStaging(size uint64) (b []byte, free func() error, err error) {
+	if size == 0 {
+		return nil, nil, fmt.Errorf("memory: staging of 0 bytes: %w", status.ErrInvalidConfig)
+	}
+	if s, ok := m.be.(interface {
+		allocStaging(uint64) ([]byte, func() error, error)
+	}); ok {
+		return s.allocStaging(size)
+	}
+	return make([]byte, size), func() error { return nil }, nil
 }
 
 // CopyHostToDevice copies len(src) bytes from host memory to dst in this Memory.

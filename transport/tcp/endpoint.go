@@ -12,13 +12,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
 
 type endpoint struct {
 	cfg        Config
-	local      []byte
+	local      []byte             // a host local region
+	dev        *buffer.ConnBuffer // a device local region (staged), else nil
+	localSize  uint64
 	remoteSize uint64
 	lanes      []*lane
 	next       atomic.Uint64 // round-robin lane cursor for chunks
@@ -31,13 +34,15 @@ type endpoint struct {
 // requests from their replies.
 type lane struct {
 	c     net.Conn
-	r     io.Reader     // c, or a busy-polling reader over it
-	wmu   sync.Mutex    // held while a request is written: by the writer goroutine or a direct poster
-	hb    [reqSize]byte // guarded by wmu
-	arr   [2][]byte     // guarded by wmu
-	slots chan struct{} // in-flight semaphore, capacity MaxInflight
-	wq    chan outReq   // capacity MaxInflight: a holder of a slot never blocks on it
-	done  chan struct{} // closed by fail
+	r     io.Reader         // c, or a busy-polling reader over it
+	wmu   sync.Mutex        // held while a request is written: by the writer goroutine or a direct poster
+	hb    [reqSize]byte     // guarded by wmu
+	arr   [2][]byte         // guarded by wmu
+	slots chan struct{}     // in-flight semaphore, capacity MaxInflight
+	wq    chan outReq       // capacity MaxInflight: a holder of a slot never blocks on it
+	done  chan struct{}     // closed by fail
+	send  *transport.Stager // device regions: PUT payloads (guarded by wmu)
+	recv  *transport.Stager // device regions: GET data (reader goroutine)
 
 	failOnce sync.Once
 	mu       sync.Mutex
@@ -48,12 +53,15 @@ type lane struct {
 type outReq struct {
 	r       request
 	payload []byte // a PUT's bytes (a slice of the local region)
+	devOff  uint64 // device regions: the PUT's local offset (payload is nil)
 }
 
 type pend struct {
-	op  *transport.Op
-	get bool
-	dst []byte // a GET's destination in the local region
+	op     *transport.Op
+	get    bool
+	dst    []byte // a GET's destination in the local region
+	devOff uint64 // device regions: the GET's local offset (dst is nil)
+	n      uint64
 }
 
 // Dial connects cfg.Lanes (or the transport default) lanes to a target.
@@ -61,11 +69,7 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 	if cfg.Local == nil {
 		return nil, fmt.Errorf("tcp: dial without a local region: %w", status.ErrInvalidConfig)
 	}
-	local := cfg.Local.Bytes()
-	if local == nil {
-		return nil, fmt.Errorf("tcp: local region is %v memory; the TCP transport moves host memory only: %w",
-			cfg.Local.Type(), status.ErrUnsupported)
-	}
+	local := cfg.Local.Bytes() // nil for device memory: staged through rings per lane
 	n := cfg.Lanes
 	if n == 0 {
 		n = t.cfg.Lanes
@@ -79,7 +83,10 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 	var sid [8]byte
 	_, _ = rand.Read(sid[:]) // crypto/rand.Read never fails on Linux
 	h := hello{lanes: uint16(n), rank: cfg.Rank, session: binary.LittleEndian.Uint64(sid[:]), listenPort: uint16(cfg.ListenPort)}
-	ep := &endpoint{cfg: t.cfg, local: local}
+	ep := &endpoint{cfg: t.cfg, local: local, localSize: cfg.Local.Size()}
+	if local == nil {
+		ep.dev = cfg.Local
+	}
 	for i := range n {
 		h.lane = uint16(i)
 		c, w, err := t.dialLane(ctx, cfg.Addr, h)
@@ -96,6 +103,18 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 		}
 		l := &lane{c: c, r: newReader(c, t.cfg.BusyPoll), slots: make(chan struct{}, t.cfg.MaxInflight), wq: make(chan outReq, t.cfg.MaxInflight),
 			done: make(chan struct{}), pending: make(map[uint64]pend)}
+		if ep.dev != nil {
+			if l.send, err = transport.NewStager(ep.dev, 0, 0); err == nil {
+				if l.recv, err = transport.NewStager(ep.dev, 0, 0); err != nil {
+					_ = l.send.Close()
+				}
+			}
+			if err != nil {
+				_ = c.Close()
+				ep.Close()
+				return nil, fmt.Errorf("tcp: %w", err)
+			}
+		}
 		ep.lanes = append(ep.lanes, l)
 		ep.wg.Add(2)
 		go ep.writeLoop(l) // owned by ep: Close fails the lane and waits
@@ -158,7 +177,7 @@ func (ep *endpoint) GetAsync(ctx context.Context, localOff, remoteOff, n uint64)
 }
 
 func (ep *endpoint) post(ctx context.Context, op uint8, localOff, remoteOff, n uint64) (*transport.Op, error) {
-	if err := transport.CheckRanges(uint64(len(ep.local)), ep.remoteSize, localOff, remoteOff, n); err != nil {
+	if err := transport.CheckRanges(ep.localSize, ep.remoteSize, localOff, remoteOff, n); err != nil {
 		return nil, fmt.Errorf("tcp: %w", err)
 	}
 	chunk := ep.cfg.ChunkSize
@@ -179,8 +198,11 @@ func (ep *endpoint) post(ctx context.Context, op uint8, localOff, remoteOff, n u
 			l = ep.lanes[ep.next.Add(1)%uint64(len(ep.lanes))]
 		}
 		r := request{op: op, id: ep.ids.Add(1), offset: remoteOff + off, length: size}
-		span := ep.local[localOff+off : localOff+off+size : localOff+off+size]
-		if err := l.post(ctx, r, span, o); err != nil {
+		var span []byte
+		if ep.dev == nil {
+			span = ep.local[localOff+off : localOff+off+size : localOff+off+size]
+		}
+		if err := l.post(ctx, r, span, localOff+off, o); err != nil {
 			for range parts - i {
 				o.Finish(err) // the parts never posted; posted ones finish on their own
 			}
@@ -211,7 +233,7 @@ func (ep *endpoint) pickLane() *lane {
 // the next lane.
 const stickyInflight = 4
 
-func (l *lane) post(ctx context.Context, r request, span []byte, o *transport.Op) error {
+func (l *lane) post(ctx context.Context, r request, span []byte, devOff uint64, o *transport.Op) error {
 	select {
 	case l.slots <- struct{}{}:
 	case <-l.done:
@@ -225,8 +247,8 @@ func (l *lane) post(ctx context.Context, r request, span []byte, o *transport.Op
 			return fmt.Errorf("tcp: waiting for an in-flight slot: %w", status.FromContext(ctx))
 		}
 	}
-	p := pend{op: o, get: r.op == opGet}
-	out := outReq{r: r}
+	p := pend{op: o, get: r.op == opGet, devOff: devOff, n: r.length}
+	out := outReq{r: r, devOff: devOff}
 	if p.get {
 		p.dst = span
 	} else {
@@ -243,7 +265,7 @@ func (l *lane) post(ctx context.Context, r request, span []byte, o *transport.Op
 	// Small requests on an idle lane are written by the caller itself: no hand-off to the
 	// writer goroutine on the latency path. Large ones are queued, so posting stays
 	// non-blocking.
-	if len(out.payload) <= directWriteMax && len(l.wq) == 0 && l.wmu.TryLock() {
+	if l.send == nil && len(out.payload) <= directWriteMax && len(l.wq) == 0 && l.wmu.TryLock() {
 		err := l.write(out)
 		l.wmu.Unlock()
 		if err != nil {
@@ -262,9 +284,14 @@ const directWriteMax = 64 << 10
 func (l *lane) write(out outReq) error {
 	out.r.encode(&l.hb)
 	var err error
-	if len(out.payload) == 0 {
+	switch {
+	case l.send != nil && out.r.op == opPut && out.r.length > 0:
+		if _, err = l.c.Write(l.hb[:]); err == nil {
+			err = l.send.Send(l.c, out.devOff, out.r.length)
+		}
+	case len(out.payload) == 0:
 		_, err = l.c.Write(l.hb[:])
-	} else {
+	default:
 		l.arr[0], l.arr[1] = l.hb[:], out.payload
 		bufs := net.Buffers(l.arr[:])
 		_, err = bufs.WriteTo(l.c)
@@ -339,6 +366,13 @@ func (ep *endpoint) readLoop(l *lane) {
 		var opErr error
 		if r.status == stOutOfRange {
 			opErr = fmt.Errorf("tcp: target refused the range: %w", status.ErrOutOfRange)
+		} else if p.get && l.recv != nil {
+			if err := l.recv.Receive(l.r, p.devOff, p.n); err != nil {
+				err = fmt.Errorf("tcp: receive into device memory: %w", wrapIO(err))
+				p.op.Finish(err)
+				l.fail(err)
+				return
+			}
 		} else if p.get {
 			if _, err := io.ReadFull(l.r, p.dst); err != nil {
 				err = fmt.Errorf("tcp: receive: %w", wrapIO(err))
@@ -357,6 +391,13 @@ func (ep *endpoint) Close() error {
 	ep.closeOnce.Do(func() {
 		for _, l := range ep.lanes {
 			l.fail(fmt.Errorf("tcp: endpoint: %w", status.ErrClosed))
+		}
+		ep.wg.Wait()
+		for _, l := range ep.lanes { // the lanes' goroutines are gone: the rings are idle
+			if l.send != nil {
+				_ = l.send.Close()
+				_ = l.recv.Close()
+			}
 		}
 	})
 	ep.wg.Wait()

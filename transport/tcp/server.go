@@ -16,7 +16,9 @@ import (
 
 type server struct {
 	t        *Transport
-	region   []byte
+	region   []byte             // host regions: served straight from and into these bytes
+	dev      *buffer.ConnBuffer // device regions: served through a staging ring per lane
+	size     uint64
 	rank     uint32
 	onAccept func(transport.PeerInfo)
 	onWrite  func(off, n uint64)
@@ -24,21 +26,22 @@ type server struct {
 	lanes    *acceptor.Server[net.Conn]
 }
 
-// Listen serves cfg.Region on cfg.BindAddr. The region must be host memory.
+// Listen serves cfg.Region on cfg.BindAddr. Host memory is served zero-copy; device memory
+// (a GPU ConnBuffer) through a bounded staging ring per lane (transport.Stager).
 func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error) {
 	if cfg.Region == nil {
 		return nil, fmt.Errorf("tcp: listen without a region: %w", status.ErrInvalidConfig)
 	}
 	region := cfg.Region.Bytes()
+	var dev *buffer.ConnBuffer
 	if region == nil {
-		return nil, fmt.Errorf("tcp: region is %v memory; the TCP transport serves host memory only: %w",
-			cfg.Region.Type(), status.ErrUnsupported)
+		dev = cfg.Region
 	}
 	l, err := net.Listen("tcp", cfg.BindAddr)
 	if err != nil {
 		return nil, fmt.Errorf("tcp: listen %s: %w: %w", cfg.BindAddr, status.ErrInvalidConfig, err)
 	}
-	s := &server{t: t, region: region, rank: cfg.Rank, onAccept: cfg.OnAccept, onWrite: cfg.OnWrite, l: l}
+	s := &server{t: t, region: region, dev: dev, size: cfg.Region.Size(), rank: cfg.Rank, onAccept: cfg.OnAccept, onWrite: cfg.OnWrite, l: l}
 	s.lanes = acceptor.Start(l, l.Accept, s.serve, t.cfg.Logger, "tcp")
 	return s, nil
 }
@@ -84,7 +87,7 @@ func (s *server) handshake(c net.Conn) (hello, error) {
 		s.onAccept(transport.PeerInfo{Rank: h.rank, IP: ip, ListenPort: int(h.listenPort)})
 	}
 	var w [welcomeSize]byte
-	welcome{rank: s.rank, regionSize: uint64(len(s.region))}.encode(&w)
+	welcome{rank: s.rank, regionSize: s.size}.encode(&w)
 	if _, err := c.Write(w[:]); err != nil {
 		return hello{}, err
 	}
@@ -100,8 +103,16 @@ func (s *server) serveRequests(c net.Conn) error {
 		rb   [reqSize]byte
 		wb   [respSize]byte
 		arr  [2][]byte
-		size = uint64(len(s.region))
+		size = s.size
+		stg  *transport.Stager
 	)
+	if s.dev != nil {
+		var err error
+		if stg, err = transport.NewStager(s.dev, 0, 0); err != nil {
+			return fmt.Errorf("tcp: %w", err)
+		}
+		defer stg.Close()
+	}
 	for {
 		if _, err := io.ReadFull(rd, rb[:]); err != nil {
 			return err
@@ -116,6 +127,10 @@ func (s *server) serveRequests(c net.Conn) error {
 		case opPut:
 			resp.op = opPutAck
 			switch {
+			case inRange && stg != nil:
+				if err := stg.Receive(rd, r.offset, r.length); err != nil {
+					return err // a device that fails mid-transfer ends the lane: the stream is out of step
+				}
 			case inRange:
 				if _, err := io.ReadFull(rd, s.region[r.offset:r.offset+r.length]); err != nil {
 					return err
@@ -149,6 +164,15 @@ func (s *server) serveRequests(c net.Conn) error {
 			if !inRange || r.length == 0 {
 				if _, err := c.Write(wb[:]); err != nil {
 					return err
+				}
+				continue
+			}
+			if stg != nil {
+				if _, err := c.Write(wb[:]); err != nil {
+					return err
+				}
+				if err := stg.Send(c, r.offset, r.length); err != nil {
+					return err // the reply is short: the initiator sees the lane end
 				}
 				continue
 			}

@@ -1,0 +1,157 @@
+package transport
+
+import (
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hmc-go/hmc/buffer"
+)
+
+// Stager moves bytes between a stream and a region that is not host memory (a GPU
+// ConnBuffer, HMC's g2h2g), through a bounded ring of host chunks — page-locked where the
+// device supports it — overlapping the stream with the device copies: while one chunk is on the
+// wire the next is being copied. Host memory use is depth × chunk whatever the transfer size.
+// A Stager serves one transfer at a time.
+type Stager struct {
+	region *buffer.ConnBuffer
+	free   chan []byte
+	frees  []func() error
+}
+
+// Staging defaults: 4 chunks of 1 MiB.
+const (
+	DefaultStageChunk = 1 << 20
+	DefaultStageDepth = 4
+)
+
+// NewStager allocates the ring for region (chunk and depth ≤ 0 take the defaults).
+func NewStager(region *buffer.ConnBuffer, chunk, depth int) (*Stager, error) {
+	if chunk <= 0 {
+		chunk = DefaultStageChunk
+	}
+	if depth <= 0 {
+		depth = DefaultStageDepth
+	}
+	if depth < 2 {
+		depth = 2 // one chunk on the wire, one being copied
+	}
+	s := &Stager{region: region, free: make(chan []byte, depth)}
+	for range depth {
+		b, free, err := region.Memory().AllocStaging(uint64(chunk))
+		if err != nil {
+			_ = s.Close()
+			return nil, fmt.Errorf("staging ring: %w", err)
+		}
+		s.frees = append(s.frees, free)
+		s.free <- b
+	}
+	return s, nil
+}
+
+// Close frees the ring. The Stager must be idle.
+func (s *Stager) Close() error {
+	var first error
+	for _, f := range s.frees {
+		if err := f(); err != nil && first == nil {
+			first = err
+		}
+	}
+	s.frees = nil
+	return first
+}
+
+type piece struct {
+	b   []byte
+	off uint64
+	err error
+}
+
+// Receive reads n bytes from r into the region at off: chunk i+1 is read while chunk i is
+// copied to the device. It returns the first error (the stream's or the device's); after a
+// stream error the stream's position is undefined.
+func (s *Stager) Receive(r io.Reader, off, n uint64) error {
+	if err := s.region.Check(off, n); err != nil {
+		return fmt.Errorf("staging: %w", err)
+	}
+	filled := make(chan piece, cap(s.free))
+	copied := make(chan error, 1)
+	go func() { // owned by Receive: it closes filled and waits for copied
+		var err error
+		for p := range filled {
+			if err == nil {
+				err = s.region.WriteFromCPU(p.b, p.off)
+			}
+			s.free <- p.b[:cap(p.b)]
+		}
+		copied <- err
+	}()
+	var rerr error
+	for done := uint64(0); done < n; {
+		b := <-s.free
+		k := min(uint64(len(b)), n-done)
+		if _, err := io.ReadFull(r, b[:k]); err != nil {
+			s.free <- b
+			rerr = err
+			break
+		}
+		filled <- piece{b: b[:k], off: off + done}
+		done += k
+	}
+	close(filled)
+	cerr := <-copied
+	if rerr != nil {
+		return rerr
+	}
+	if cerr != nil {
+		return fmt.Errorf("staging: to device: %w", cerr)
+	}
+	return nil
+}
+
+// Send writes n bytes of the region at off to w: chunk i+1 is copied from the device while
+// chunk i is written. A device error ends the transfer before its bytes are written: the
+// stream is then short, and the caller must end it.
+func (s *Stager) Send(w io.Writer, off, n uint64) error {
+	if err := s.region.Check(off, n); err != nil {
+		return fmt.Errorf("staging: %w", err)
+	}
+	ready := make(chan piece, cap(s.free))
+	stop := make(chan struct{})
+	var once sync.Once
+	halt := func() { once.Do(func() { close(stop) }) }
+	defer halt()
+	go func() { // owned by Send: it drains ready, which this closes
+		defer close(ready)
+		for done := uint64(0); done < n; {
+			var b []byte
+			select {
+			case b = <-s.free:
+			case <-stop:
+				return
+			}
+			k := min(uint64(len(b)), n-done)
+			err := s.region.ReadToCPU(b[:k], off+done)
+			ready <- piece{b: b[:k], err: err}
+			if err != nil {
+				return
+			}
+			done += k
+		}
+	}()
+	var err error
+	for p := range ready {
+		if err == nil {
+			if p.err != nil {
+				err = fmt.Errorf("staging: from device: %w", p.err)
+			} else if _, werr := w.Write(p.b); werr != nil {
+				err = werr
+			}
+			if err != nil {
+				halt()
+			}
+		}
+		s.free <- p.b[:cap(p.b)]
+	}
+	return err
+}
