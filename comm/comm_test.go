@@ -50,8 +50,14 @@ type session struct {
 
 func connect(t *testing.T, link ctrl.Transport, ct transport.ConnType) *session {
 	t.Helper()
+	return connectMem(t, link, ct, memory.CPU)
+}
+
+// connectMem is connect with the parent's buffer in memory of type mt.
+func connectMem(t *testing.T, link ctrl.Transport, ct transport.ConnType, mt memory.Type) *session {
+	t.Helper()
 	ch := startChild(t)
-	buf, err := buffer.New(0, parentBufSize, memory.CPU)
+	buf, err := buffer.New(0, parentBufSize, mt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,6 +320,63 @@ func testTargetPutsBack(t *testing.T, ct transport.ConnType) {
 	}
 	if !s.localIs(12345, 3<<20+1, 77) {
 		t.Fatal("put back differs")
+	}
+}
+
+// A GPU ConnBuffer (a real one with a CUDA device, else the emulation) works over TCP and AUTO
+// (which falls back to TCP: a device buffer has no memfd to share) in both roles: the parent
+// puts from it and gets into it (initiator staging), and the child puts back into it (target
+// staging). The child's buffer is host memory and checks every byte.
+func TestDeviceBufferTwoProcesses(t *testing.T) {
+	if memory.Probe(memory.NvidiaGPU) != nil {
+		t.Setenv(memory.EmulateGPUEnv, "1")
+	}
+	for _, ct := range []transport.ConnType{transport.TCP, transport.AUTO} {
+		t.Run(ct.String(), func(t *testing.T) {
+			s := connectMem(t, ctrl.TCP, ct, memory.NvidiaGPU)
+			if s.buf.Bytes() != nil {
+				t.Fatal("device buffer exposes host bytes")
+			}
+			const off, n = 4097, 5<<20 + 3
+			src := make([]byte, n)
+			transporttest.Fill(src, 21)
+			if err := s.buf.WriteFromCPU(src, off); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.c.Put(s.ctx, "127.0.0.1", s.peerPort(), off, off, n, ct); err != nil {
+				t.Fatal(err)
+			}
+			if !s.ask(cmdCheck, request{Off: off, Len: n, Seed: 21}) {
+				t.Fatal("child saw other bytes")
+			}
+			if !s.ask(cmdFill, request{Off: 0, Len: n, Seed: 22}) {
+				t.Fatal("child fill")
+			}
+			if err := s.c.Get(s.ctx, "127.0.0.1", s.peerPort(), 1, 0, n, ct); err != nil {
+				t.Fatal(err)
+			}
+			want := make([]byte, n)
+			transporttest.Fill(want, 22)
+			got := make([]byte, n)
+			if err := s.buf.ReadToCPU(got, 1); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatal("get into the device buffer differs")
+			}
+			if !s.ask(cmdPutBack, request{Off: 777, Len: 3<<20 + 1, Seed: 23, Port: s.myPort()}) {
+				t.Fatal("child could not put back into the device buffer")
+			}
+			want = make([]byte, 3<<20+1)
+			transporttest.Fill(want, 23)
+			got = make([]byte, len(want))
+			if err := s.buf.ReadToCPU(got, 777); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatal("put back into the device buffer differs")
+			}
+		})
 	}
 }
 

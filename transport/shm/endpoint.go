@@ -15,13 +15,16 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
 
 type endpoint struct {
 	cfg    Config
-	local  []byte
+	local  []byte             // a host local region
+	dev    *buffer.ConnBuffer // a device local region (copied by the device's own copies), else nil
+	lsize  uint64
 	conn   *net.UnixConn
 	dead   atomic.Pointer[error]
 	wg     sync.WaitGroup
@@ -39,11 +42,7 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 	if cfg.Local == nil {
 		return nil, fmt.Errorf("shm: dial without a local region: %w", status.ErrInvalidConfig)
 	}
-	local := cfg.Local.Bytes()
-	if local == nil {
-		return nil, fmt.Errorf("shm: local region is %v memory; shared memory moves host memory only: %w",
-			cfg.Local.Type(), status.ErrUnsupported)
-	}
+	local := cfg.Local.Bytes() // nil for device memory: copied with the device's H2D/D2H into the peer's mapping
 	myBoot, err := BootID()
 	if err != nil {
 		return nil, err
@@ -66,7 +65,10 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 		_ = c.Close() // the handshake failed; its error is reported
 		return nil, fmt.Errorf("shm: %s: %w", cfg.Addr, err)
 	}
-	ep := &endpoint{cfg: t.cfg, local: local, conn: c, whole: whole.mapping, remote: whole.region}
+	ep := &endpoint{cfg: t.cfg, local: local, lsize: cfg.Local.Size(), conn: c, whole: whole.mapping, remote: whole.region}
+	if local == nil {
+		ep.dev = cfg.Local
+	}
 	workers := t.cfg.Workers
 	if workers == 0 {
 		workers = min(runtime.GOMAXPROCS(0), 8)
@@ -193,11 +195,24 @@ func (ep *endpoint) copyOp(ctx context.Context, put bool, localOff, remoteOff, n
 	if ep.remote == nil {
 		return nil, fmt.Errorf("shm: endpoint: %w", status.ErrClosed)
 	}
-	if err := transport.CheckRanges(uint64(len(ep.local)), uint64(len(ep.remote)), localOff, remoteOff, n); err != nil {
+	if err := transport.CheckRanges(ep.lsize, uint64(len(ep.remote)), localOff, remoteOff, n); err != nil {
 		return nil, fmt.Errorf("shm: %w", err)
 	}
 	if err := status.FromContext(ctx); err != nil {
 		return nil, err
+	}
+	if ep.dev != nil { // one device copy between the local GPU region and the peer's mapping
+		r := ep.remote[remoteOff : remoteOff+n]
+		var err error
+		if put {
+			err = ep.dev.ReadToCPU(r, localOff)
+		} else {
+			err = ep.dev.WriteFromCPU(r, localOff)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("shm: device copy: %w", err)
+		}
+		return transport.NewOp(0), nil
 	}
 	l, r := ep.local[localOff:localOff+n], ep.remote[remoteOff:remoteOff+n]
 	if put {
