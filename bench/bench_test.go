@@ -64,8 +64,21 @@ func TestServeAndRun(t *testing.T) {
 	}
 }
 
+// The four uhm_app modes with the source in GPU memory (the emulation without a CUDA device:
+// every access through the device copy functions), every transfer checksummed at the server.
+func TestModesWithGPUSource(t *testing.T) {
+	if memory.Probe(memory.NvidiaGPU) != nil {
+		t.Setenv(memory.EmulateGPUEnv, "1")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, mode := range []string{ModeUHM, ModeRDMACPU, ModeG2H2G, ModeSerial} {
+		runCase(ctx, t, Config{Op: "put", Mode: mode, Transport: transport.AUTO, Mem: memory.NvidiaGPU})
+	}
+}
+
 func runCase(ctx context.Context, t *testing.T, cfg Config) {
-	t.Run(cfg.Transport.String()+"-"+cfg.Op+"-"+cfg.Mode, func(t *testing.T) {
+	t.Run(cfg.Transport.String()+"-"+cfg.Op+"-"+cfg.Mode+"-"+cfg.Mem.String(), func(t *testing.T) {
 		ready := make(chan [2]any, 1)
 		done := make(chan error, 1)
 		go func() {
@@ -74,7 +87,10 @@ func runCase(ctx context.Context, t *testing.T, cfg Config) {
 		}()
 		r := <-ready
 		cfg.PeerIP, cfg.DataPort, cfg.CtrlPort = "127.0.0.1", portOf(r[0].(string)), r[1].(int)
-		cfg.Sizes, cfg.Iters, cfg.Warmup, cfg.Verify, cfg.Mem = []uint64{8, 4097, 3 << 20}, 5, 1, true, memory.CPU
+		cfg.Sizes, cfg.Iters, cfg.Warmup, cfg.Verify = []uint64{8, 4097, 3 << 20}, 5, 1, true
+		if cfg.Mem == memory.Default {
+			cfg.Mem = memory.CPU
+		}
 		var results []Result
 		if err := Run(ctx, cfg, func(r Result) { results = append(results, r) }); err != nil {
 			t.Fatal(err)
