@@ -160,7 +160,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/internal/acceptor"
+	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
@@ -580,8 +582,11 @@ func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error)
 	}
 	region := cfg.Region.Bytes()
 	if region == nil {
-		return nil, fmt.Errorf("ucx: region is %v memory; this UCX build registers host memory only: %w",
-			cfg.Region.Type(), status.ErrUnsupported)
+		if !hasCUDA() {
+			return nil, fmt.Errorf("ucx: region is %v memory: a one-sided target in device memory needs UCX built with CUDA support (cuda_copy/cuda_ipc/gdr_copy), and this UCX has none (serve it over tcp, which stages it): %w",
+				cfg.Region.Type(), status.ErrUnsupported)
+		}
+		region = memory.HostSlice(cfg.Region.Ptr(), cfg.Region.Size()) // a device range, only ever handed to UCX
 	}
 	l, err := net.Listen("tcp", cfg.BindAddr)
 	if err != nil {
@@ -658,8 +663,14 @@ type endpoint struct {
 	ep         C.ucp_ep_h
 	rkey       C.ucp_rkey_h
 	errflag    *C.int // set by UCX's error callback (C memory)
-	local      []byte
+	local      []byte // host local region (nil for a staged device region)
 	localMemh  C.ucp_mem_h
+	localSize  uint64
+	dev        *buffer.ConnBuffer // a device local region staged through ring, else nil
+	ring       [][]byte           // registered host chunks for dev
+	ringMemh   []C.ucp_mem_h
+	ringFree   []func() error
+	stageMu    sync.Mutex // one staged transfer at a time
 	remoteAddr uint64
 	remoteSize uint64
 	link       net.Conn
@@ -713,9 +724,8 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 		return nil, fmt.Errorf("ucx: dial without a local region: %w", status.ErrInvalidConfig)
 	}
 	local := cfg.Local.Bytes()
-	if local == nil {
-		return nil, fmt.Errorf("ucx: local region is %v memory; this UCX build registers host memory only: %w",
-			cfg.Local.Type(), status.ErrUnsupported)
+	if local == nil && hasCUDA() {
+		local = memory.HostSlice(cfg.Local.Ptr(), cfg.Local.Size()) // a device range, only ever handed to UCX
 	}
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", cfg.Addr)
@@ -757,12 +767,19 @@ func (t *Transport) setup(ctx context.Context, w *worker, conn net.Conn, cfg tra
 		return nil, err
 	}
 	_ = conn.SetDeadline(time.Time{})
-	e := &endpoint{t: t, w: w, local: local, remoteAddr: wel.regionAddr, remoteSize: wel.regionSize, link: conn,
+	e := &endpoint{t: t, w: w, local: local, localSize: cfg.Local.Size(), remoteAddr: wel.regionAddr, remoteSize: wel.regionSize, link: conn,
 		linkDone: make(chan struct{})}
+	if local == nil {
+		if err := e.makeRing(cfg.Local); err != nil {
+			return nil, err
+		}
+	}
 	e.errflag = (*C.int)(C.calloc(1, C.size_t(unsafe.Sizeof(C.int(0)))))
-	if e.localMemh, err = w.memMap(local); err != nil {
-		C.free(unsafe.Pointer(e.errflag))
-		return nil, err
+	if local != nil {
+		if e.localMemh, err = w.memMap(local); err != nil {
+			C.free(unsafe.Pointer(e.errflag))
+			return nil, err
+		}
 	}
 	var st C.ucs_status_t
 	what := "endpoint create"
@@ -790,7 +807,7 @@ func (t *Transport) setup(ctx context.Context, w *worker, conn net.Conn, cfg tra
 		}
 	})
 	if st != C.UCS_OK {
-		w.memUnmap(e.localMemh)
+		e.unmapLocal()
 		C.free(unsafe.Pointer(e.errflag))
 		return nil, ucsErr(what+" for "+cfg.Addr, st)
 	}
@@ -817,7 +834,7 @@ func (e *endpoint) check(localOff, remoteOff, n uint64) error {
 	if *(*int32)(unsafe.Pointer(e.errflag)) != 0 {
 		return ucsErr("endpoint", C.ucs_status_t(*e.errflag))
 	}
-	return transport.CheckRanges(uint64(len(e.local)), e.remoteSize, localOff, remoteOff, n)
+	return transport.CheckRanges(e.localSize, e.remoteSize, localOff, remoteOff, n)
 }
 
 // PutAsync posts the put and a flush; the Op completes when the flush does (bytes visible).
@@ -840,13 +857,21 @@ func (e *endpoint) post(ctx context.Context, put bool, localOff, remoteOff, n ui
 	if n == 0 {
 		return transport.NewOp(0), nil
 	}
+	if e.dev != nil {
+		return e.staged(put, localOff, remoteOff, n), nil
+	}
+	return e.postRaw(put, unsafe.Pointer(&e.local[localOff]), remoteOff, n), nil
+}
+
+// postRaw posts a put (and its flush) or a get between host memory at buf and the target's
+// region at remoteOff; ranges are already checked.
+func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, remoteOff, n uint64) *transport.Op {
 	parts := 1
 	if put {
 		parts = 2
 	}
 	op := transport.NewOp(parts)
 	op.SetPoll(time.Duration(e.t.cfg.SpinTime)*time.Microsecond, e.w.tryProgress)
-	buf := unsafe.Pointer(&e.local[localOff])
 	raddr := C.uint64_t(e.remoteAddr + remoteOff)
 	e.w.call(func() {
 		if e.closed.Load() {
@@ -874,7 +899,7 @@ func (e *endpoint) post(ctx context.Context, put bool, localOff, remoteOff, n ui
 		}
 		e.w.track(req, op, "get")
 	})
-	return op, nil
+	return op
 }
 
 // Close closes the UCX endpoint (in-flight operations fail), unmaps the local region and
@@ -894,10 +919,126 @@ func (e *endpoint) Close() error {
 			}
 			e.batch = nil
 		})
-		e.w.memUnmap(e.localMemh)
+		e.stageMu.Lock() // a staged transfer in progress has failed out by now
+		e.unmapLocal()
+		e.stageMu.Unlock()
 		e.t.release()
 		// errflag stays allocated: UCX may not call the error callback after close, but a late
 		// check must not read freed memory (4 bytes per endpoint ever closed).
 	})
 	return nil
+}
+
+// hasCUDA says whether this UCX can move CUDA memory itself (its resources include a CUDA
+// memory domain); then device regions are registered directly instead of staged.
+var hasCUDA = sync.OnceValue(func() bool {
+	rs, err := Resources()
+	if err != nil {
+		return false
+	}
+	for _, r := range rs {
+		if strings.Contains(r.MD, "cuda") || strings.Contains(r.Component, "cuda") || strings.HasPrefix(r.MD, "gdr") {
+			return true
+		}
+	}
+	return false
+})
+
+// makeRing allocates and registers the staging chunks of a device local region.
+func (e *endpoint) makeRing(dev *buffer.ConnBuffer) error {
+	e.dev = dev
+	for range transport.DefaultStageDepth {
+		b, free, err := dev.Memory().AllocStaging(transport.DefaultStageChunk)
+		if err != nil {
+			e.unmapLocal()
+			return fmt.Errorf("ucx: staging ring: %w", err)
+		}
+		e.ringFree = append(e.ringFree, free)
+		memh, err := e.w.memMap(b)
+		if err != nil {
+			e.unmapLocal()
+			return err
+		}
+		e.ring = append(e.ring, b)
+		e.ringMemh = append(e.ringMemh, memh)
+	}
+	return nil
+}
+
+// unmapLocal unregisters the local region or the ring and frees the ring.
+func (e *endpoint) unmapLocal() {
+	if e.local != nil {
+		e.w.memUnmap(e.localMemh)
+	}
+	for _, m := range e.ringMemh {
+		e.w.memUnmap(m)
+	}
+	for _, f := range e.ringFree {
+		_ = f()
+	}
+	e.ring, e.ringMemh, e.ringFree = nil, nil, nil
+}
+
+// staged runs a transfer of a device local region through the ring on its own goroutine
+// (owned by the returned Op, which completes when it returns): a put copies chunk i+1 from the
+// device while chunk i is on its way; a get keeps the ring's chunks in flight and copies each to
+// the device as it arrives.
+func (e *endpoint) staged(put bool, localOff, remoteOff, n uint64) *transport.Op {
+	op := transport.NewOp(1)
+	go func() { op.Finish(e.runStaged(put, localOff, remoteOff, n)) }()
+	return op
+}
+
+func (e *endpoint) runStaged(put bool, localOff, remoteOff, n uint64) error {
+	e.stageMu.Lock()
+	defer e.stageMu.Unlock()
+	if len(e.ring) == 0 {
+		return fmt.Errorf("ucx: endpoint: %w", status.ErrClosed)
+	}
+	ctx := context.Background() // each piece completes or fails: the endpoint's close fails them
+	chunk := uint64(len(e.ring[0]))
+	type flight struct {
+		op     *transport.Op
+		off, k uint64
+	}
+	slots := make([]flight, len(e.ring))
+	finish := func(i int) error {
+		f := slots[i]
+		slots[i] = flight{}
+		if f.op == nil {
+			return nil
+		}
+		if err := f.op.Wait(ctx); err != nil {
+			return err
+		}
+		if !put {
+			return e.dev.WriteFromCPU(e.ring[i][:f.k], localOff+f.off)
+		}
+		return nil
+	}
+	var err error
+	for i, done := 0, uint64(0); done < n && err == nil; i++ {
+		slot := i % len(e.ring)
+		if err = finish(slot); err != nil {
+			break
+		}
+		k := min(chunk, n-done)
+		if put {
+			if err = e.dev.ReadToCPU(e.ring[slot][:k], localOff+done); err != nil {
+				break
+			}
+		}
+		if e.closed.Load() {
+			err = fmt.Errorf("ucx: endpoint: %w", status.ErrClosed)
+			break
+		}
+		slots[slot] = flight{op: e.postRaw(put, unsafe.Pointer(&e.ring[slot][0]), remoteOff+done, k), off: done, k: k}
+		done += k
+	}
+	for i := range slots { // drain: every piece posted completes before the ring is reused
+		if ferr := finish(i); err == nil {
+			err = ferr
+		}
+	}
+	return err
 }
