@@ -1,7 +1,6 @@
 package shm
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -186,55 +185,11 @@ func BenchmarkPut(b *testing.B) {
 // A GPU ConnBuffer on the initiator side copies with the device's own H2D/D2H straight into
 // and out of the peer's mapping; a GPU target region cannot be shared through a memfd.
 func TestDeviceInitiator(t *testing.T) {
-	if memory.Probe(memory.NvidiaGPU) != nil {
-		t.Setenv(memory.EmulateGPUEnv, "1")
-	}
-	const size = 3<<20 + 5
-	dev, err := buffer.New(0, size, memory.NvidiaGPU)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
+	const size = 5<<20 + 5
+	dev := transporttest.DeviceBuf(t, size)
 	tr := newSHM(t)
 	if _, err := tr.Listen(transport.ServerConfig{BindAddr: abstractName(t), Region: dev}); !errors.Is(err, status.ErrUnsupported) {
 		t.Fatalf("device target: %v", err)
 	}
-	target, _ := buffer.New(0, size, memory.CPU)
-	defer target.Close()
-	srv, err := tr.Listen(transport.ServerConfig{BindAddr: abstractName(t), Region: target})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	ctx := context.Background()
-	ep, err := tr.Dial(ctx, transport.DialConfig{Addr: srv.Addr(), Local: dev})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ep.Close()
-	src := make([]byte, size)
-	transporttest.Fill(src, 3)
-	if err := dev.WriteFromCPU(src, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := transport.Put(ctx, ep, 0, 0, size); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(target.Bytes(), src) {
-		t.Fatal("put from device memory differs")
-	}
-	transporttest.Fill(target.Bytes(), 4)
-	if err := transport.Get(ctx, ep, 1, 0, size-1); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, size)
-	if err := dev.ReadToCPU(got, 0); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got[1:], target.Bytes()[:size-1]) {
-		t.Fatal("get into device memory differs")
-	}
-	if err := transport.Put(ctx, ep, 1, 0, size); !errors.Is(err, status.ErrOutOfRange) {
-		t.Fatalf("local range of a device region not checked: %v", err)
-	}
+	transporttest.DeviceRoundTrip(t, tr, abstractName(t), transporttest.HostBuf(t, size), dev)
 }
