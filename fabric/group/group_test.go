@@ -70,6 +70,16 @@ func rankedFrom(t *testing.T, open opener, first, n int) []store.Client {
 	return cs
 }
 
+// staticGroups opens n ranked clients (ranks 0..n-1) and the static group name on each.
+func staticGroups(t *testing.T, open opener, name string, n int) ([]store.Client, []*group.Group) {
+	cs := ranked(t, open, n)
+	gs := make([]*group.Group, n)
+	for i := range gs {
+		gs[i] = newGroup(t, cs[i], name, group.Config{Size: n})
+	}
+	return cs, gs
+}
+
 func newGroup(t *testing.T, c store.Client, name string, cfg group.Config) *group.Group {
 	t.Helper()
 	g, err := group.New(context.Background(), c, name, cfg)
@@ -104,11 +114,7 @@ func all(t *testing.T, n int, fn func(i int) error) {
 func TestBarrierAndAllGather(t *testing.T) {
 	backends(t, func(t *testing.T, open opener) {
 		const n = 6
-		cs := ranked(t, open, n)
-		gs := make([]*group.Group, n)
-		for i := range gs {
-			gs[i] = newGroup(t, cs[i], "static", group.Config{Size: n})
-		}
+		cs, gs := staticGroups(t, open, "static", n)
 		var arrived atomic.Int64
 		all(t, n, func(i int) error {
 			for round := range 5 {
@@ -142,11 +148,7 @@ func TestBarrierAndAllGather(t *testing.T) {
 func TestSubGroups(t *testing.T) {
 	backends(t, func(t *testing.T, open opener) {
 		const n = 4
-		cs := ranked(t, open, n)
-		gs := make([]*group.Group, n)
-		for i := range gs {
-			gs[i] = newGroup(t, cs[i], "subs", group.Config{Size: n})
-		}
+		_, gs := staticGroups(t, open, "subs", n)
 		all(t, n, func(i int) error {
 			members := []int{0, 2}
 			if i%2 == 1 {
@@ -179,11 +181,7 @@ func TestSubGroups(t *testing.T) {
 func TestNumbers(t *testing.T) {
 	backends(t, func(t *testing.T, open opener) {
 		const n = 4
-		cs := ranked(t, open, n)
-		gs := make([]*group.Group, n)
-		for i := range gs {
-			gs[i] = newGroup(t, cs[i], "nums", group.Config{Size: n})
-		}
+		_, gs := staticGroups(t, open, "nums", n)
 		var mu sync.Mutex
 		got := map[int]bool{}
 		all(t, n, func(i int) error {
@@ -298,11 +296,7 @@ func TestDynamicMembership(t *testing.T) {
 func TestMemberDeath(t *testing.T) {
 	backends(t, func(t *testing.T, open opener) {
 		// Static group: a member that dies mid-barrier fails the barrier, naming it.
-		cs := ranked(t, open, 3)
-		gs := make([]*group.Group, 3)
-		for i := range gs {
-			gs[i] = newGroup(t, cs[i], "static", group.Config{Size: 3})
-		}
+		cs, gs := staticGroups(t, open, "static", 3)
 		errs := make(chan error, 2)
 		for i := range 2 {
 			go func() { errs <- gs[i].Barrier(ctx(t)) }()
