@@ -43,7 +43,7 @@ type Config struct {
 	Lanes     int
 	Chunk     uint64        // the transport's chunk size (0: its default)
 	BusyPoll  time.Duration // spin on reads before parking (tcp.Config.BusyPoll)
-	Window    int           // transfers in flight for put/get (1: blocking)
+	Window    int           // transfers kept in flight for put/get, a sliding window (1: blocking)
 	Mem       memory.Type   // where the source lives: CPU or a device type
 	Verify    bool          // checksum every transfer at the target (untimed)
 	// Progress, if set, is called after every timed iteration.
@@ -244,6 +244,16 @@ type runner struct {
 	src *source
 	ctx context.Context
 	arr arrivals
+
+	inflight []uint64 // a sliding window's transfers, oldest first
+}
+
+// drain waits for every transfer of the window and returns how long that took.
+func (r *runner) drain() (time.Duration, error) {
+	start := time.Now()
+	err := r.c.Wait(r.ctx, r.inflight...)
+	r.inflight = r.inflight[:0]
+	return time.Since(start), err
 }
 
 func (r *runner) measure(size uint64) (Result, error) {
@@ -267,6 +277,9 @@ func (r *runner) measure(size uint64) (Result, error) {
 			return Result{}, err
 		}
 	}
+	if _, err := r.drain(); err != nil {
+		return Result{}, err
+	}
 	iters := cfg.iters(size)
 	lat := make([]time.Duration, 0, max(iters, 1024))
 	start := time.Now()
@@ -288,6 +301,13 @@ func (r *runner) measure(size uint64) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
+		if cfg.Verify { // every transfer checked: the window drains first
+			dd, err := r.drain()
+			if err != nil {
+				return Result{}, err
+			}
+			d += dd
+		}
 		lat = append(lat, d)
 		if cfg.Verify {
 			if err := r.verify(size); err != nil {
@@ -298,12 +318,17 @@ func (r *runner) measure(size uint64) (Result, error) {
 			cfg.Progress(size, i+1, iters)
 		}
 	}
+	if d, err := r.drain(); err != nil { // the window's tail belongs to the last sample
+		return Result{}, err
+	} else if len(lat) > 0 {
+		lat[len(lat)-1] += d
+	}
 	return summarize(cfg, size, lat), nil
 }
 
 // once performs one timed transfer of size bytes and returns its duration. With a window above
-// 1 it posts Window transfers and returns the time until all completed: one sample of Window
-// transfers.
+// 1 it posts one transfer and, when Window are in flight, waits for the oldest: the sample is
+// the time of one step of a sliding window (a stream), as ucx_perftest's bandwidth tests.
 func (r *runner) once(size uint64, iter int) (time.Duration, error) {
 	cfg, ctx, c := r.cfg, r.ctx, r.c
 	ip, port, ct := cfg.PeerIP, cfg.DataPort, cfg.Transport
@@ -354,20 +379,20 @@ func (r *runner) once(size uint64, iter int) (time.Duration, error) {
 	var err error
 	switch {
 	case cfg.Window > 1:
-		ids := make([]uint64, 0, cfg.Window)
-		for range cfg.Window {
-			var id uint64
-			if cfg.Op == "get" {
-				id, err = c.GetNB(ctx, ip, port, 0, 0, size, ct)
-			} else {
-				id, err = c.PutNB(ctx, ip, port, 0, 0, size, ct)
-			}
-			if err != nil {
-				return 0, err
-			}
-			ids = append(ids, id)
+		var id uint64
+		if cfg.Op == "get" {
+			id, err = c.GetNB(ctx, ip, port, 0, 0, size, ct)
+		} else {
+			id, err = c.PutNB(ctx, ip, port, 0, 0, size, ct)
 		}
-		err = c.Wait(ctx, ids...)
+		if err != nil {
+			return 0, err
+		}
+		r.inflight = append(r.inflight, id)
+		if len(r.inflight) >= cfg.Window {
+			err = c.Wait(ctx, r.inflight[0])
+			r.inflight = r.inflight[1:]
+		}
 	case cfg.Op == "get":
 		err = c.Get(ctx, ip, port, 0, 0, size, ct)
 	default:
@@ -423,7 +448,7 @@ func summarize(cfg Config, size uint64, lat []time.Duration) Result {
 	res.P99us = us(sorted[min(len(sorted)-1, len(sorted)*99/100)])
 	res.MeanUs = us(total / time.Duration(len(lat)))
 	if total > 0 {
-		res.GBps = float64(size) * float64(len(lat)*cfg.Window) / total.Seconds() / 1e9
+		res.GBps = float64(size) * float64(len(lat)) / total.Seconds() / 1e9
 	}
 	return res
 }

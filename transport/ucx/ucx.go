@@ -473,7 +473,7 @@ func (w *worker) poll() bool {
 	clear(w.pending[len(keep):])
 	w.pending = keep
 	for _, e := range done { // flushes completed: flush what was put meanwhile
-		e.flushing = false
+		e.flushing--
 		e.flushBatch()
 	}
 	return any
@@ -679,17 +679,22 @@ type endpoint struct {
 	closeOnce  sync.Once
 	linkDone   chan struct{}
 
-	// Flush coalescing (guarded by the worker's pmu): at most one flush in flight per
+	// Flush coalescing (guarded by the worker's pmu): at most maxFlushes in flight per
 	// endpoint; puts posted meanwhile wait in batch for the next one, which a completing flush
 	// issues. A flush completes every operation posted before it, so each put is still visible
 	// at the target when its Op completes, and a stream of puts pays one flush per batch.
-	flushing bool
+	flushing int // flushes in flight (at most maxFlushes)
 	batch    []*transport.Op
 }
 
-// flushBatch issues one flush for the batched puts, unless one is in flight. Caller holds pmu.
+// maxFlushes bounds the flushes in flight per endpoint: one would serialise the flushes' round
+// trips (over TCP each waits for the target), many would flush every put on its own.
+const maxFlushes = 4
+
+// flushBatch issues one flush for the batched puts, unless maxFlushes are in flight. Caller
+// holds pmu.
 func (e *endpoint) flushBatch() {
-	if e.flushing || len(e.batch) == 0 {
+	if e.flushing >= maxFlushes || len(e.batch) == 0 {
 		return
 	}
 	ops := e.batch
@@ -714,7 +719,7 @@ func (e *endpoint) flushBatch() {
 		}
 		return
 	}
-	e.flushing = true
+	e.flushing++
 	e.w.pending = append(e.w.pending, &pend{req: req, what: "flush", flush: e, ops: ops})
 }
 
