@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -183,7 +184,7 @@ func (s *Server) serve(c net.Conn) {
 		c = tc
 	}
 	reqb := make([]byte, connectReqLen)
-	if _, err := ioReadFull(c, reqb); err != nil {
+	if _, err := io.ReadFull(c, reqb); err != nil {
 		return
 	}
 	req, err := decodeConnectReq(reqb)
@@ -232,18 +233,6 @@ func (s *Server) serve(c net.Conn) {
 		}
 		s.handle(l, h.Seq, m)
 	}
-}
-
-func ioReadFull(c net.Conn, b []byte) (int, error) {
-	n := 0
-	for n < len(b) {
-		k, err := c.Read(b[n:])
-		n += k
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
 
 func (s *Server) addLink(l *link, req connectReq) error {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -162,7 +163,7 @@ func Open(ctx context.Context, url string, cfg Config) (Client, error) {
 // ParseTCPAddr checks the host:port part of a tcp:// URL: an IPv4 address or a bracketed IPv6
 // address (a name is accepted too) and a port 1..65535.
 func ParseTCPAddr(hostport string) (string, error) {
-	host, port, err := splitHostPort(hostport)
+	host, port, err := net.SplitHostPort(hostport)
 	if err != nil {
 		return "", fmt.Errorf("%w: store address %q: %v", ErrInvalidKey, hostport, err)
 	}
@@ -173,25 +174,7 @@ func ParseTCPAddr(hostport string) (string, error) {
 	if host == "" {
 		return "", fmt.Errorf("%w: store address %q: no host", ErrInvalidKey, hostport)
 	}
-	if strings.Contains(host, ":") {
-		return "[" + host + "]:" + port, nil
-	}
-	return host + ":" + port, nil
-}
-
-func splitHostPort(s string) (host, port string, err error) {
-	if strings.HasPrefix(s, "[") {
-		end := strings.Index(s, "]")
-		if end < 0 || !strings.HasPrefix(s[end+1:], ":") {
-			return "", "", errors.New("want [v6addr]:port")
-		}
-		return s[1:end], s[end+2:], nil
-	}
-	i := strings.LastIndex(s, ":")
-	if i < 0 || strings.Contains(s[:i], ":") {
-		return "", "", errors.New("want host:port (IPv6 in brackets)")
-	}
-	return s[:i], s[i+1:], nil
+	return net.JoinHostPort(host, port), nil
 }
 
 func checkKey(key string) error {
