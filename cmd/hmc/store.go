@@ -6,11 +6,8 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +17,7 @@ import (
 
 	"github.com/hmc-go/hmc/bench"
 	"github.com/hmc-go/hmc/fabric/store"
+	"github.com/hmc-go/hmc/internal/etcdproc"
 )
 
 func storeCmd() *cobra.Command {
@@ -173,52 +171,14 @@ func ints(s string) ([]int, error) {
 
 // runLocalEtcd starts a one-member etcd on free loopback ports in a temporary directory.
 func runLocalEtcd(ctx context.Context) (string, func(), error) {
-	bin, err := exec.LookPath("etcd")
-	if err != nil {
-		return "", nil, fmt.Errorf("--start-etcd: no etcd binary (apt-get install etcd-server): %w", err)
-	}
 	dir, err := os.MkdirTemp("", "hmc-etcd-")
 	if err != nil {
 		return "", nil, err
 	}
-	port := func() int {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0
-		}
-		defer l.Close()
-		return l.Addr().(*net.TCPAddr).Port
-	}
-	client, peer := fmt.Sprintf("127.0.0.1:%d", port()), fmt.Sprintf("127.0.0.1:%d", port())
-	cmd := exec.Command(bin, "--name", "bench", "--data-dir", filepath.Join(dir, "data"),
-		"--listen-client-urls", "http://"+client, "--advertise-client-urls", "http://"+client,
-		"--listen-peer-urls", "http://"+peer, "--initial-advertise-peer-urls", "http://"+peer,
-		"--initial-cluster", "bench=http://"+peer)
-	logf, err := os.Create(filepath.Join(dir, "etcd.log"))
+	c, err := etcdproc.Start(ctx, 1, dir, 30*time.Second)
 	if err != nil {
-		return "", nil, err
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return "", nil, err
-	}
-	stop := func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		_ = logf.Close()
 		_ = os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("--start-etcd: %w", err)
 	}
-	url := "etcd://" + client
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	c, err := store.Open(wctx, url+"/ready", store.Config{})
-	if err == nil {
-		err = c.Set(wctx, "up", []byte("1"))
-		_ = c.Close()
-	}
-	if err != nil {
-		stop()
-		return "", nil, fmt.Errorf("local etcd did not come up (log in %s): %w", dir, err)
-	}
-	return url, stop, nil
+	return "etcd://" + c.Members[0].Client, func() { c.Stop(); _ = os.RemoveAll(dir) }, nil
 }

@@ -29,7 +29,14 @@ func TestEtcdLeaderKilledMidBarrier(t *testing.T) {
 		for progress.Load() < killAt {
 			time.Sleep(5 * time.Millisecond)
 		}
-		m := cl.Leader(t)
+		lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		m, err := cl.Leader(lctx)
+		if err != nil {
+			t.Error(err)
+			killed <- "none"
+			return
+		}
 		m.Kill()
 		killed <- m.Name
 	}()
