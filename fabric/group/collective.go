@@ -173,9 +173,15 @@ func (c *collective) barrier(ctx context.Context) error {
 		return err
 	}
 	defer done()
-	cnt, err := c.g.st.Add(ctx, key+"BA", 1)
+	return c.arrive(ctx, wctx, "barrier", n, key+"BA", key+"BW")
+}
+
+// arrive counts this member in at round n's counter, cleans round n-2 if it is the first, sets
+// the round's done key if it is the last, and waits for that key.
+func (c *collective) arrive(ctx, wctx context.Context, op string, n int64, counter, doneKey string) error {
+	cnt, err := c.g.st.Add(ctx, counter, 1)
 	if err != nil {
-		return fmt.Errorf("group: barrier: %w", err)
+		return fmt.Errorf("group: %s: %w", op, err)
 	}
 	if cnt == 1 {
 		c.clean(ctx, n)
@@ -183,11 +189,11 @@ func (c *collective) barrier(ctx context.Context) error {
 		delete(c.kinds, n-2)
 	}
 	if cnt == int64(len(c.members)) {
-		if err := c.g.st.Set(ctx, key+"BW", []byte("ok")); err != nil {
-			return fmt.Errorf("group: barrier: %w", err)
+		if err := c.g.st.Set(ctx, doneKey, []byte("ok")); err != nil {
+			return fmt.Errorf("group: %s: %w", op, err)
 		}
 	}
-	_, err = c.waitKey(wctx, "barrier", key+"BW")
+	_, err = c.waitKey(wctx, op, doneKey)
 	return err
 }
 
@@ -207,21 +213,7 @@ func (c *collective) allGather(ctx context.Context, data []byte) ([][]byte, erro
 	if _, err := c.g.st.Append(ctx, key+"GA", rec); err != nil {
 		return nil, fmt.Errorf("group: allgather: %w", err)
 	}
-	cnt, err := c.g.st.Add(ctx, key+"GC", 1)
-	if err != nil {
-		return nil, fmt.Errorf("group: allgather: %w", err)
-	}
-	if cnt == 1 {
-		c.clean(ctx, n)
-	} else {
-		delete(c.kinds, n-2)
-	}
-	if cnt == int64(len(c.members)) {
-		if err := c.g.st.Set(ctx, key+"GW", []byte("ok")); err != nil {
-			return nil, fmt.Errorf("group: allgather: %w", err)
-		}
-	}
-	if _, err := c.waitKey(wctx, "allgather", key+"GW"); err != nil {
+	if err := c.arrive(ctx, wctx, "allgather", n, key+"GC", key+"GW"); err != nil {
 		return nil, err
 	}
 	all, err := c.g.st.Get(ctx, key+"GA", 0)
