@@ -128,16 +128,7 @@ func hmc_store_get(s C.uint64_t, key *C.char, waitMS C.int, buf unsafe.Pointer, 
 		if err != nil {
 			return err
 		}
-		*length = C.uint64_t(len(v))
-		if uint64(len(v)) > uint64(capacity) {
-			return fmt.Errorf("hmc: value of %d bytes, buffer of %d: %w", len(v), uint64(capacity), status.ErrInvalidConfig)
-		}
-		dst, err := hostBytes(buf, C.uint64_t(len(v)))
-		if err != nil {
-			return err
-		}
-		copy(dst, v)
-		return nil
+		return deliver("value", v, buf, capacity, length)
 	})
 }
 
@@ -156,6 +147,21 @@ func hmc_store_add(s C.uint64_t, key *C.char, delta C.int64_t, out *C.int64_t, t
 		}
 		return err
 	})
+}
+
+// deliver copies b into the caller's buffer of capacity bytes and sets *length to len(b), also
+// when b does not fit (then nothing is copied and the call fails with INVALID_CONFIG).
+func deliver(what string, b []byte, buf unsafe.Pointer, capacity C.uint64_t, length *C.uint64_t) error {
+	*length = C.uint64_t(len(b))
+	if uint64(len(b)) > uint64(capacity) {
+		return fmt.Errorf("hmc: %s of %d bytes, buffer of %d: %w", what, len(b), uint64(capacity), status.ErrInvalidConfig)
+	}
+	dst, err := hostBytes(buf, C.uint64_t(len(b)))
+	if err != nil {
+		return err
+	}
+	copy(dst, b)
+	return nil
 }
 
 //export hmc_store_close
@@ -234,24 +240,12 @@ func hmc_store_group_allgather(g C.uint64_t, data unsafe.Pointer, n C.uint64_t, 
 		if err != nil {
 			return err
 		}
-		total := 0
+		var all []byte
 		for _, p := range parts {
-			total += 4 + len(p)
+			all = binary.LittleEndian.AppendUint32(all, uint32(len(p)))
+			all = append(all, p...)
 		}
-		*outlen = C.uint64_t(total)
-		if uint64(total) > uint64(capacity) {
-			return fmt.Errorf("hmc: allgather of %d bytes, buffer of %d: %w", total, uint64(capacity), status.ErrInvalidConfig)
-		}
-		dst, err := hostBytes(out, C.uint64_t(total))
-		if err != nil {
-			return err
-		}
-		off := 0
-		for _, p := range parts {
-			binary.LittleEndian.PutUint32(dst[off:], uint32(len(p)))
-			off += 4 + copy(dst[off+4:], p)
-		}
-		return nil
+		return deliver("allgather", all, out, capacity, outlen)
 	})
 }
 
