@@ -15,6 +15,20 @@ from ._lib import LIB as _L
 __all__ = ["Store", "StoreGroup"]
 
 
+def _sized(cap, what, call):
+    """Runs call(buf, cap, byref(length)) with a buffer of cap bytes, again with a larger one if
+    the result did not fit (the C side reports the length it needs), and returns the bytes."""
+    while True:
+        buf = ctypes.create_string_buffer(cap)
+        n = ctypes.c_uint64()
+        rc = call(buf, cap, ctypes.byref(n))
+        if rc == Status.INVALID_CONFIG and n.value > cap:
+            cap = n.value
+            continue
+        _check(rc, what)
+        return buf.raw[:n.value]
+
+
 class Store:
     def __init__(self, url, rank=None, world=0, serve=False, timeout=DEFAULT_TIMEOUT):
         r = -1 if rank is None else (-2 if rank is False else int(rank))
@@ -44,16 +58,8 @@ class Store:
         """The value of key; ``wait`` seconds for it to appear (None: until the timeout).
         Absent: HMCStatusError with NOT_FOUND; waited in vain: TIMEOUT."""
         wait_ms = -1 if wait is None else int(wait * 1000)
-        cap = 4096
-        while True:
-            buf = ctypes.create_string_buffer(cap)
-            n = ctypes.c_uint64()
-            rc = _L.hmc_store_get(self._h, _b(key), wait_ms, buf, cap, ctypes.byref(n), _ms(self.timeout))
-            if rc == Status.INVALID_CONFIG and n.value > cap:
-                cap = n.value
-                continue
-            _check(rc, "store get")
-            return buf.raw[:n.value]
+        return _sized(4096, "store get", lambda buf, cap, n: _L.hmc_store_get(
+            self._h, _b(key), wait_ms, buf, cap, n, _ms(self.timeout)))
 
     def add(self, key, delta=1):
         out = ctypes.c_int64()
@@ -90,21 +96,14 @@ class StoreGroup:
     def allgather(self, data, timeout=DEFAULT_TIMEOUT):
         """Every member's ``data`` (bytes), as a list in rank order."""
         data = bytes(data)
-        cap = max(4096, (len(data) + 4) * self.size)
-        while True:
-            out = ctypes.create_string_buffer(cap)
-            n = ctypes.c_uint64()
-            rc = _L.hmc_store_group_allgather(self._h, data, len(data), out, cap, ctypes.byref(n), _ms(timeout))
-            if rc == Status.INVALID_CONFIG and n.value > cap:
-                cap = n.value
-                continue
-            _check(rc, "store allgather")
-            raw, parts, off = out.raw[:n.value], [], 0
-            while off < len(raw):
-                (ln,) = struct.unpack_from("<I", raw, off)
-                parts.append(raw[off + 4:off + 4 + ln])
-                off += 4 + ln
-            return parts
+        raw = _sized(max(4096, (len(data) + 4) * self.size), "store allgather", lambda buf, cap, n:
+                     _L.hmc_store_group_allgather(self._h, data, len(data), buf, cap, n, _ms(timeout)))
+        parts, off = [], 0
+        while off < len(raw):
+            (ln,) = struct.unpack_from("<I", raw, off)
+            parts.append(raw[off + 4:off + 4 + ln])
+            off += 4 + ln
+        return parts
 
     def close(self):
         if self._h:
