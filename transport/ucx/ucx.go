@@ -538,9 +538,12 @@ func (w *worker) peerFailureTLs() bool {
 	if tls == "" {
 		return true
 	}
-	for _, t := range strings.Split(strings.TrimPrefix(tls, "^"), ",") {
+	if strings.HasPrefix(tls, "^") { // "all but …": tcp stays among them
+		return true
+	}
+	for _, t := range strings.Split(tls, ",") {
 		t = strings.TrimSpace(t)
-		if strings.HasPrefix(tls, "^") || t == "all" || t == "tcp" || t == "ib" || isRDMA(t) {
+		if t == "all" || t == "tcp" || t == "ib" || isRDMA(t) {
 			return true
 		}
 	}
