@@ -50,7 +50,3 @@ func (emulatedBackend) copyDeviceToDevice(dst, src Ptr, n uint64) error {
 }
 
 func (emulatedBackend) close() error { return nil }
-
-func (emulatedBackend) allocStaging(size uint64) ([]byte, func() error, error) {
-	return make([]byte, size), func() error { return nil }, nil
-}
