@@ -78,7 +78,7 @@ func TestModesWithGPUSource(t *testing.T) {
 }
 
 func runCase(ctx context.Context, t *testing.T, cfg Config) {
-	t.Run(cfg.Transport.String()+"-"+cfg.Op+"-"+cfg.Mode+"-"+cfg.Mem.String(), func(t *testing.T) {
+	t.Run(cfg.Transport.String()+"-"+cfg.Op+"-"+cfg.Mode+"-"+cfg.Mem.String()+"-"+cfg.BufferMem.String(), func(t *testing.T) {
 		ready := make(chan [2]any, 1)
 		done := make(chan error, 1)
 		go func() {
@@ -110,3 +110,22 @@ func runCase(ctx context.Context, t *testing.T, cfg Config) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Plain puts and gets of a GPU ConnBuffer (the emulation without a CUDA device), moved by the
+// transport's own device path: TCP stages through its ring, SHM copies the device memory into the
+// peer's mapping. Every transfer is checksummed.
+func TestDeviceBuffer(t *testing.T) {
+	if memory.Probe(memory.NvidiaGPU) != nil {
+		t.Setenv(memory.EmulateGPUEnv, "1")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, ct := range []transport.ConnType{transport.TCP, transport.SHM} {
+		for _, op := range []string{"put", "get"} {
+			runCase(ctx, t, Config{Op: op, Transport: ct, BufferMem: memory.NvidiaGPU, Window: 4})
+		}
+	}
+	if err := Run(ctx, Config{Op: "put", Mode: ModeG2H2G, BufferMem: memory.NvidiaGPU, Sizes: []uint64{1}}, nil); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatal(err)
+	}
+}

@@ -45,7 +45,11 @@ type Config struct {
 	BusyPoll  time.Duration // spin on reads before parking (tcp.Config.BusyPoll)
 	Window    int           // transfers kept in flight for put/get, a sliding window (1: blocking)
 	Mem       memory.Type   // where the source lives: CPU or a device type
-	Verify    bool          // checksum every transfer at the target (untimed)
+	// BufferMem is where the client's registered buffer lives (default CPU). A device type
+	// measures plain puts and gets of a GPU ConnBuffer: the transport moves device memory itself
+	// (UCX with CUDA support) or stages it through its pinned ring, overlapping copies and I/O.
+	BufferMem memory.Type
+	Verify    bool // checksum every transfer at the target (untimed)
 	// Progress, if set, is called after every timed iteration.
 	Progress func(size uint64, iter, iters int)
 }
@@ -57,6 +61,7 @@ type Result struct {
 	Op        string  `json:"op"`
 	Mode      string  `json:"mode,omitempty"`
 	Mem       string  `json:"mem"`
+	BufferMem string  `json:"buffer_mem"`
 	Size      uint64  `json:"size"`
 	Iters     int     `json:"iters"`
 	GBps      float64 `json:"gbps"` // 10^9 bytes per second over the timed wall clock
@@ -94,6 +99,12 @@ func (cfg *Config) validate() error {
 	if cfg.Mem == memory.Default {
 		cfg.Mem = memory.CPU
 	}
+	if cfg.BufferMem == memory.Default {
+		cfg.BufferMem = memory.CPU
+	}
+	if cfg.BufferMem != memory.CPU && (cfg.Mode != ModeNone || (cfg.Op != "put" && cfg.Op != "get")) {
+		return fmt.Errorf("bench: a %v buffer is measured with plain put or get (no mode): %w", cfg.BufferMem, status.ErrInvalidConfig)
+	}
 	return nil
 }
 
@@ -115,7 +126,7 @@ func Run(ctx context.Context, cfg Config, onResult func(Result)) error {
 		return err
 	}
 	maxSize := slices.Max(cfg.Sizes)
-	buf, err := buffer.New(0, max(maxSize, 1<<20), memory.CPU)
+	buf, err := buffer.New(0, max(maxSize, 1<<20), cfg.BufferMem)
 	if err != nil {
 		return err
 	}
@@ -219,9 +230,10 @@ func (s *source) data(size uint64) comm.Data {
 	return comm.DeviceData(s.dev.Ptr(), size, s.typ, 0)
 }
 
-// stageInto copies source[a, +n) into the host buffer at off.
+// stageInto copies source[a, +n) into the buffer at off. A device buffer (plain ops only, whose
+// staging is untimed) is filled from the host copy, which mirrors the device source.
 func (s *source) stageInto(buf *buffer.ConnBuffer, a, n, off uint64) error {
-	if s.mem == nil {
+	if s.mem == nil || buf.Bytes() == nil {
 		return buf.WriteFromCPU(s.host[a:a+n], off)
 	}
 	dst, err := buf.Slice(off, n)
@@ -407,7 +419,10 @@ func (r *runner) verify(size uint64) error {
 	}
 	want := crc32.ChecksumIEEE(r.src.host[:size])
 	if r.cfg.Op == "get" {
-		b, _ := r.buf.Slice(0, size)
+		b := make([]byte, size)
+		if err := r.buf.ReadToCPU(b, 0); err != nil {
+			return err
+		}
 		if crc32.ChecksumIEEE(b) != want {
 			return fmt.Errorf("get checksum mismatch: %w", status.ErrFailed)
 		}
@@ -432,7 +447,7 @@ func (r *runner) verify(size uint64) error {
 // summarize turns per-sample durations into a Result: bandwidth is bytes moved over the sum of
 // the samples' durations (the timed part of the wall clock).
 func summarize(cfg Config, size uint64, lat []time.Duration) Result {
-	res := Result{Transport: cfg.Transport.String(), Op: cfg.Op, Mode: cfg.Mode, Mem: cfg.Mem.String(), Size: size,
+	res := Result{Transport: cfg.Transport.String(), Op: cfg.Op, Mode: cfg.Mode, Mem: cfg.Mem.String(), BufferMem: cfg.BufferMem.String(), Size: size,
 		Iters: len(lat), Lanes: cfg.Lanes, Window: cfg.Window, Verified: cfg.Verify}
 	if len(lat) == 0 {
 		return res

@@ -10,7 +10,8 @@ TLSS=("$@"); [ ${#TLSS[@]} -gt 0 ] || TLSS=(tcp posix,cma,self)
 WINDOW=${WINDOW:-16}
 export UCX_NET_DEVICES=lo
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-go build -tags ucx -o "$tmp/hmc" ./cmd/hmc
+# HMC_BIN: a prebuilt -tags ucx hmc binary (on a machine without Go), else built here.
+if [ -n "${HMC_BIN:-}" ]; then cp "$HMC_BIN" "$tmp/hmc"; else go build -tags ucx -o "$tmp/hmc" ./cmd/hmc; fi
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 echo "hmc bench --transport ucx --window $WINDOW vs ucx_perftest -t ucp_put_bw (GB/s, medians of $R)"
 printf "%-16s %8s %12s %12s %8s\n" UCX_TLS size perftest hmc ratio

@@ -6,6 +6,8 @@ import (
 	"io"
 	"math"
 
+	"github.com/hmc-go/hmc/memory"
+
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -25,7 +27,7 @@ type Table struct {
 // NewTable starts a table on w.
 func NewTable(w io.Writer) *Table { return &Table{w: w} }
 
-const rowFormat = "%-9s %-4s %-8s %-10s %8s %7s %9s %10s %10s %10s\n"
+const rowFormat = "%-9s %-4s %-8s %-14s %8s %7s %9s %10s %10s %10s\n"
 
 // Add prints one result row (and the header before the first).
 func (t *Table) Add(r Result) {
@@ -41,7 +43,11 @@ func (t *Table) Add(r Result) {
 	if r.Route != "" && r.Route != tr {
 		tr += ">" + r.Route
 	}
-	fmt.Fprintf(t.w, rowFormat, tr, r.Op, mode, r.Mem, FormatSize(r.Size), fmt.Sprint(r.Iters),
+	mem := r.Mem
+	if r.BufferMem != "" && r.BufferMem != memory.CPU.String() {
+		mem = "buf:" + r.BufferMem // the transfer's own memory is the device buffer
+	}
+	fmt.Fprintf(t.w, rowFormat, tr, r.Op, mode, mem, FormatSize(r.Size), fmt.Sprint(r.Iters),
 		fmt.Sprintf("%.3f", r.GBps), fmt.Sprintf("%.1f", r.P50us), fmt.Sprintf("%.1f", r.P99us), fmt.Sprintf("%.1f", r.MeanUs))
 }
 

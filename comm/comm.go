@@ -82,6 +82,9 @@ type Communicator struct {
 	opIDs   atomic.Uint64
 	stream  sync.Mutex // one SendDataTo at a time per Communicator keeps stream messages apart
 
+	devMu sync.Mutex
+	devs  map[devKey]*devStage // devices opened by streams, with the ring locked for each; guarded by devMu
+
 	mu       sync.Mutex
 	servers  map[transport.ConnType]transport.Server // guarded by mu
 	eps      map[peerKey]*peerEP                     // guarded by mu
@@ -606,6 +609,9 @@ func (c *Communicator) Close() error {
 		}
 	}
 	if err := c.CloseServer(); err != nil && first == nil {
+		first = err
+	}
+	if err := c.closeDeviceStaging(); err != nil && first == nil {
 		first = err
 	}
 	return first

@@ -72,10 +72,11 @@ func DeviceData(p memory.Ptr, n uint64, t memory.Type, dev int) Data {
 type stager struct {
 	d   Data
 	buf *buffer.ConnBuffer
-	mem *memory.Memory // d's device memory, when the buffer is host memory
+	mem *memory.Memory // d's device memory, when the buffer is host memory (owned by the Communicator)
 }
 
-func newStager(d Data, buf *buffer.ConnBuffer) (*stager, error) {
+func (c *Communicator) newStager(d Data) (*stager, error) {
+	buf := c.buf
 	s := &stager{d: d, buf: buf}
 	switch {
 	case d.Host != nil || d.Len == 0:
@@ -84,7 +85,7 @@ func newStager(d Data, buf *buffer.ConnBuffer) (*stager, error) {
 	case d.Type == memory.CPU:
 	case d.Type == buf.Type() && d.Device == buf.DeviceID():
 	case buf.Type() == memory.CPU:
-		m, err := memory.New(d.Device, d.Type)
+		m, err := c.deviceStaging(d.Type, d.Device)
 		if err != nil {
 			return nil, fmt.Errorf("comm: stream data in %v memory: %w", d.Type, err)
 		}
@@ -95,10 +96,66 @@ func newStager(d Data, buf *buffer.ConnBuffer) (*stager, error) {
 	return s, nil
 }
 
-func (s *stager) close() {
-	if s.mem != nil {
-		_ = s.mem.Close() // it allocated nothing; releasing the device context
+// devStage is a device's Memory kept for streams between its memory and the host ConnBuffer,
+// with the stream ring page-locked for it.
+type devStage struct {
+	mem   *memory.Memory
+	unpin func() error // nil when the ring could not be locked (the copies still work)
+}
+
+type devKey struct {
+	t   memory.Type
+	dev int
+}
+
+// deviceStaging returns the Memory of device (t, dev), opened on first use and kept until Close.
+// On first use it also page-locks the stream ring of the (host) ConnBuffer for that device: the
+// stream's device copies then run at the page-locked rate instead of the driver's pageable path
+// (H100: 54 vs 12 GB/s device-to-host at 4 MiB), as upstream registers its staging buffer.
+func (c *Communicator) deviceStaging(t memory.Type, dev int) (*memory.Memory, error) {
+	c.devMu.Lock()
+	defer c.devMu.Unlock()
+	if c.devs == nil {
+		c.devs = make(map[devKey]*devStage)
 	}
+	if d, ok := c.devs[devKey{t, dev}]; ok {
+		return d.mem, nil
+	}
+	m, err := memory.New(dev, t)
+	if err != nil {
+		return nil, err
+	}
+	d := &devStage{mem: m}
+	if r, err := c.cfg.Stream.ring(c.buf.Size()); err == nil {
+		if b, err := c.buf.Slice(r.off, r.slot*r.slots); err == nil {
+			if unpin, err := m.PinHost(b); err == nil {
+				d.unpin = unpin
+			} else {
+				c.log.Debug("stream ring not page-locked", "memory", t, "device", dev, "err", err)
+			}
+		}
+	}
+	c.devs[devKey{t, dev}] = d
+	return m, nil
+}
+
+// closeDeviceStaging unlocks the stream ring and releases the devices opened by streams.
+func (c *Communicator) closeDeviceStaging() error {
+	c.devMu.Lock()
+	defer c.devMu.Unlock()
+	var first error
+	for k, d := range c.devs {
+		if d.unpin != nil {
+			if err := d.unpin(); err != nil && first == nil {
+				first = err
+			}
+		}
+		if err := d.mem.Close(); err != nil && first == nil {
+			first = err
+		}
+		delete(c.devs, k)
+	}
+	return first
 }
 
 // in copies data[a, +n) into the buffer at off.
@@ -175,11 +232,10 @@ func (c *Communicator) SendDataTo(ctx context.Context, ip string, port int, src 
 	if err != nil {
 		return err
 	}
-	st, err := newStager(src, c.buf)
+	st, err := c.newStager(src)
 	if err != nil {
 		return err
 	}
-	defer st.close()
 	c.stream.Lock()
 	defer c.stream.Unlock()
 	err = c.sendStream(ctx, ep, rank, st, src.Len)
@@ -298,11 +354,10 @@ func (c *Communicator) RecvDataFrom(ctx context.Context, ip string, port int, ds
 	if err != nil {
 		return 0, err
 	}
-	st, err := newStager(dst, c.buf)
+	st, err := c.newStager(dst)
 	if err != nil {
 		return 0, err
 	}
-	defer st.close()
 	n, err := c.recvStream(ctx, rank, st, dst.Len)
 	if err != nil {
 		return n, fmt.Errorf("comm: recv data from rank %d: %w", rank, err)

@@ -27,6 +27,8 @@ type cudaAPI struct {
 	cuGetErrorString          func(res int32, str *uintptr) int32
 	cuMemHostAlloc            func(p *uintptr, size uint64, flags uint32) int32
 	cuMemFreeHost             func(p uintptr) int32
+	cuMemHostRegister         func(p uintptr, size uint64, flags uint32) int32
+	cuMemHostUnregister       func(p uintptr) int32
 }
 
 // loadCUDA loads the driver once per process: the library is process-global by nature.
@@ -51,6 +53,8 @@ var loadCUDA = sync.OnceValues(func() (*cudaAPI, error) {
 		{"cuGetErrorString", &a.cuGetErrorString},
 		{"cuMemHostAlloc", &a.cuMemHostAlloc},
 		{"cuMemFreeHost", &a.cuMemFreeHost},
+		{"cuMemHostRegister_v2", &a.cuMemHostRegister},
+		{"cuMemHostUnregister", &a.cuMemHostUnregister},
 	}); err != nil {
 		return nil, err
 	}
@@ -169,6 +173,16 @@ func (c *cudaBackend) allocStaging(size uint64) ([]byte, func() error, error) {
 	}
 	free := func() error { return c.do("cuMemFreeHost", func() int32 { return c.api.cuMemFreeHost(p) }) }
 	return HostSlice(Ptr(p), size), free, nil
+}
+
+// pinHost page-locks existing host memory (cuMemHostRegister, portable across contexts).
+func (c *cudaBackend) pinHost(b []byte) (func() error, error) {
+	p := uintptr(hostPtr(b))
+	const portable = 0x01 // CU_MEMHOSTREGISTER_PORTABLE
+	if err := c.do("cuMemHostRegister", func() int32 { return c.api.cuMemHostRegister(p, uint64(len(b)), portable) }); err != nil {
+		return nil, err
+	}
+	return func() error { return c.do("cuMemHostUnregister", func() int32 { return c.api.cuMemHostUnregister(p) }) }, nil
 }
 
 func (c *cudaBackend) close() error {

@@ -33,6 +33,22 @@ type Memory struct {
 	mu     sync.Mutex
 	live   map[*Buffer]struct{} // buffers allocated and not yet freed; guarded by mu
 	closed bool                 // guarded by mu
+
+	// use is held shared by copies and page-lock calls and taken by Close, so that Close waits
+	// for the device calls in flight and later ones fail with ErrClosed instead of reaching a
+	// released device context.
+	use  sync.RWMutex
+	gone bool // guarded by use
+}
+
+// using runs f unless the Memory is closed, keeping Close out until it returns.
+func (m *Memory) using(op string, f func() error) error {
+	m.use.RLock()
+	defer m.use.RUnlock()
+	if m.gone {
+		return fmt.Errorf("memory: %s: %w", op, status.ErrClosed)
+	}
+	return f()
 }
 
 // New opens memory of type t on device deviceID. Default resolves to the first available
@@ -152,9 +168,45 @@ func (m *Memory) AllocStaging(size uint64) (b []byte, free func() error, err err
 	if s, ok := m.be.(interface {
 		allocStaging(uint64) ([]byte, func() error, error)
 	}); ok {
-		return s.allocStaging(size)
+		err = m.using("staging alloc", func() error {
+			var f func() error
+			b, f, err = s.allocStaging(size)
+			free = func() error { return m.using("staging free", f) }
+			return err
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, free, nil
 	}
 	return make([]byte, size), func() error { return nil }, nil
+}
+
+// PinHost page-locks host memory that this package did not allocate (a peer's shared-memory
+// mapping, say) for copies to and from this Memory's device, as cuMemHostRegister does: copies
+// then run at the rate of page-locked memory, several times that of pageable memory on a PCIe
+// GPU. Every page of b becomes resident. unpin releases the lock and must be called before b is
+// unmapped. Backends that cannot lock memory (CPU, HIP for now) return ErrUnsupported; callers
+// keep working without the lock, only slower.
+func (m *Memory) PinHost(b []byte) (unpin func() error, err error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("memory: pin of 0 bytes: %w", status.ErrInvalidConfig)
+	}
+	if p, ok := m.be.(interface {
+		pinHost([]byte) (func() error, error)
+	}); ok {
+		err = m.using("pin", func() error {
+			var f func() error
+			f, err = p.pinHost(b)
+			unpin = func() error { return m.using("unpin", f) }
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		return unpin, nil
+	}
+	return nil, fmt.Errorf("memory: page-locking host memory for %v: %w", m.typ, status.ErrUnsupported)
 }
 
 // CopyHostToDevice copies len(src) bytes from host memory to dst in this Memory.
@@ -165,7 +217,7 @@ func (m *Memory) CopyHostToDevice(dst Ptr, src []byte) error {
 	if dst == 0 {
 		return fmt.Errorf("memory: copy to null: %w", status.ErrInvalidConfig)
 	}
-	return m.be.copyHostToDevice(dst, src)
+	return m.using("copy to device", func() error { return m.be.copyHostToDevice(dst, src) })
 }
 
 // CopyDeviceToHost copies len(dst) bytes from src in this Memory to host memory.
@@ -176,7 +228,7 @@ func (m *Memory) CopyDeviceToHost(dst []byte, src Ptr) error {
 	if src == 0 {
 		return fmt.Errorf("memory: copy from null: %w", status.ErrInvalidConfig)
 	}
-	return m.be.copyDeviceToHost(dst, src)
+	return m.using("copy from device", func() error { return m.be.copyDeviceToHost(dst, src) })
 }
 
 // CopyDeviceToDevice copies n bytes between two addresses of this Memory. Overlapping ranges
@@ -188,11 +240,15 @@ func (m *Memory) CopyDeviceToDevice(dst, src Ptr, n uint64) error {
 	if dst == 0 || src == 0 {
 		return fmt.Errorf("memory: copy with null address: %w", status.ErrInvalidConfig)
 	}
-	return m.be.copyDeviceToDevice(dst, src, n)
+	return m.using("device copy", func() error { return m.be.copyDeviceToDevice(dst, src, n) })
 }
 
-// Close frees every buffer still live and releases the device. It is idempotent.
+// Close frees every buffer still live and releases the device. It waits for copies in flight;
+// later copies return ErrClosed. It is idempotent.
 func (m *Memory) Close() error {
+	m.use.Lock()
+	m.gone = true
+	m.use.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {

@@ -258,3 +258,102 @@ func BenchmarkHostCopy(b *testing.B) {
 		_ = m.CopyHostToDevice(buf.Ptr(), src)
 	}
 }
+
+// PinHost page-locks a shared mapping this package did not allocate; device copies into and out
+// of it keep every byte, and it unpins before the unmap. CPU memory has nothing to pin. Without a
+// device the emulation's no-op pin is what runs.
+func TestPinHost(t *testing.T) {
+	if Probe(NvidiaGPU) != nil {
+		t.Setenv(EmulateGPUEnv, "1")
+	}
+	m, err := New(0, NvidiaGPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	const size = 4<<20 + 5
+	host, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(host)
+	unpin, err := m.PinHost(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := m.Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := pattern(size, 9)
+	if err := m.CopyHostToDevice(d.Ptr(), src); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.CopyDeviceToHost(host, d.Ptr()); err != nil || !bytes.Equal(host, src) {
+		t.Fatalf("into pinned memory: %v", err)
+	}
+	copy(host, pattern(size, 10))
+	if err := m.CopyHostToDevice(d.Ptr(), host); err != nil {
+		t.Fatal(err)
+	}
+	back := make([]byte, size)
+	if err := m.CopyDeviceToHost(back, d.Ptr()); err != nil || !bytes.Equal(back, pattern(size, 10)) {
+		t.Fatalf("out of pinned memory: %v", err)
+	}
+	if err := unpin(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.PinHost(nil); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatalf("pin of nothing: %v", err)
+	}
+	c, err := New(0, CPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.PinHost(host); !errors.Is(err, status.ErrUnsupported) {
+		t.Fatalf("CPU pin: %v", err)
+	}
+}
+
+// Copies and page locks after Close fail with ErrClosed instead of reaching a released device.
+func TestUseAfterClose(t *testing.T) {
+	realCUDA := Probe(NvidiaGPU) == nil
+	t.Setenv(EmulateGPUEnv, "1")
+	for _, ty := range []Type{CPU, NvidiaGPU} {
+		m, err := New(0, ty)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := m.Alloc(4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		host := make([]byte, 64)
+		_, free, err := m.AllocStaging(4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for name, err := range map[string]error{
+			"h2d":  m.CopyHostToDevice(b.Ptr(), host),
+			"d2h":  m.CopyDeviceToHost(host, b.Ptr()),
+			"d2d":  m.CopyDeviceToDevice(b.Ptr(), b.Ptr()+64, 64),
+			"free": free(),
+		} {
+			if name == "free" && (ty == CPU || !realCUDA) {
+				continue // ordinary memory (also the emulation's staging): nothing to release
+			}
+			if !errors.Is(err, status.ErrClosed) {
+				t.Errorf("%v %s after Close: %v", ty, name, err)
+			}
+		}
+		if ty == NvidiaGPU {
+			if _, err := m.PinHost(host); !errors.Is(err, status.ErrClosed) {
+				t.Errorf("pin after Close: %v", err)
+			}
+		}
+	}
+}

@@ -23,12 +23,12 @@ import (
 )
 
 type benchFlags struct {
-	transport, op, sizes, mem, mode, plot, chunk string
-	iters, warmup, lanes, window                 int
-	duration, busyPoll                           time.Duration
-	verify, jsonOut, quiet                       bool
-	serverIP                                     string
-	dataPort, ctrlPort                           int
+	transport, op, sizes, mem, bufMem, mode, plot, chunk string
+	iters, warmup, lanes, window                         int
+	duration, busyPoll                                   time.Duration
+	verify, jsonOut, quiet                               bool
+	serverIP                                             string
+	dataPort, ctrlPort                                   int
 }
 
 func (f *benchFlags) add(cmd *cobra.Command) {
@@ -43,6 +43,7 @@ func (f *benchFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.chunk, "chunk", "", "transport chunk size: larger transfers are split across lanes (default: the transport's)")
 	fl.IntVar(&f.window, "window", 1, "transfers in flight for put/get (1: blocking)")
 	fl.StringVar(&f.mem, "mem", "cpu", "where the source data lives: cpu|cuda|rocm")
+	fl.StringVar(&f.bufMem, "buffer-mem", "cpu", "where the client's ConnBuffer lives: cpu|cuda|rocm (a device buffer: plain put/get, moved or staged by the transport)")
 	fl.StringVar(&f.mode, "mode", "", "uhm_app mode: uhm|rdma_cpu|g2h2g|serial (default: plain buffer-to-buffer op)")
 	fl.BoolVar(&f.verify, "verify", false, "checksum every transfer at the target (untimed)")
 	fl.BoolVar(&f.jsonOut, "json", false, "one JSON object per line instead of a table")
@@ -71,6 +72,10 @@ func (f *benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
 	if err != nil {
 		return bench.Config{}, err
 	}
+	bt, err := memory.ParseType(f.bufMem)
+	if err != nil {
+		return bench.Config{}, err
+	}
 	var chunk uint64
 	if f.chunk != "" {
 		if chunk, err = bench.ParseSize(f.chunk); err != nil {
@@ -78,7 +83,7 @@ func (f *benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
 		}
 	}
 	return bench.Config{Transport: ct, Op: f.op, Mode: f.mode, Sizes: sz, Iters: f.iters, Duration: f.duration,
-		Warmup: f.warmup, Lanes: f.lanes, Chunk: chunk, BusyPoll: f.busyPoll, Window: f.window, Mem: mt, Verify: f.verify}, nil
+		Warmup: f.warmup, Lanes: f.lanes, Chunk: chunk, BusyPoll: f.busyPoll, Window: f.window, Mem: mt, BufferMem: bt, Verify: f.verify}, nil
 }
 
 // clientRunE builds a client command's RunE: parse the flags, let peer point the config at a

@@ -17,24 +17,34 @@ except ImportError:  # the torch test says so
     torch = None
 
 
-@pytest.fixture(params=[hmc.ConnType.TCP, hmc.ConnType.SHM, hmc.ConnType.AUTO], ids=lambda c: c.name)
-def peer(request, tmp_path):
+def start_peer(conn, tmp_path, mem_type=hmc.MemoryType.CPU):
+    """Starts peer.py (a host-buffer session in another process) and connects a session to it."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     p = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "peer.py"), str(tmp_path)],
                          stdout=subprocess.PIPE, env=env, text=True)
     line = p.stdout.readline().split()
     assert line and line[0] == "READY", line
     data_port, ctrl_port = int(line[1]), int(line[2])
-    s = hmc.create_session(buffer_size=32 << 20, num_chs=2, local_ip="127.0.0.1")
+    s = hmc.create_session(buffer_size=32 << 20, mem_type=mem_type, num_chs=2, local_ip="127.0.0.1")
     s.connect(peer_id=0, self_id=1, peer_ip="127.0.0.1", data_port=data_port, ctrl_tcp_port=ctrl_port,
-              uds_dir=str(tmp_path), conn=request.param)
-    s.conn, s.peer_port = request.param, data_port
-    yield s
+              uds_dir=str(tmp_path), conn=conn)
+    s.conn, s.peer_port = conn, data_port
+    return s, p
+
+
+def stop_peer(s, p):
     try:
         s.ctrl_send(0, EXIT)
     finally:
         s.close()
         assert p.wait(timeout=30) == 0
+
+
+@pytest.fixture(params=[hmc.ConnType.TCP, hmc.ConnType.SHM, hmc.ConnType.AUTO], ids=lambda c: c.name)
+def peer(request, tmp_path):
+    s, p = start_peer(request.param, tmp_path)
+    yield s
+    stop_peer(s, p)
 
 
 def ask(s, cmd, n, seed):
@@ -155,3 +165,25 @@ def test_gpu_buffer_device_to_device():
         assert (back == host).all()
     finally:
         s.close()
+
+
+@cuda
+@pytest.mark.parametrize("conn", [hmc.ConnType.TCP, hmc.ConnType.SHM], ids=lambda c: c.name)
+def test_gpu_buffer_to_a_remote_host_buffer(conn, tmp_path):
+    """A session whose ConnBuffer is GPU memory puts to and gets from a peer's host buffer: the
+    transport moves device memory itself (TCP through its pinned staging ring, SHM by one device
+    copy into the peer's mapping)."""
+    s, p = start_peer(conn, tmp_path, hmc.MemoryType.NVIDIA_GPU)
+    try:
+        n = (5 << 20) + 3
+        src = torch.frombuffer(bytearray(pattern(n, 31)), dtype=torch.uint8).cuda()
+        s.buf.put(src, offset=0)
+        s.put_remote("127.0.0.1", s.peer_port, 0, 0, n, conn)
+        assert ask(s, CHECK, n, 31)
+        assert ask(s, FILL, n, 32)
+        s.get_remote("127.0.0.1", s.peer_port, 0, 0, n, conn)
+        out = torch.empty(n, dtype=torch.uint8, device="cuda")
+        s.buf.get_into(out, n, 0)
+        assert out.cpu().numpy().tobytes() == pattern(n, 32)
+    finally:
+        stop_peer(s, p)

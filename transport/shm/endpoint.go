@@ -35,6 +35,8 @@ type endpoint struct {
 	whole  []byte       // the whole page-rounded mapping behind remote, for munmap
 
 	helpers *helpers // copy goroutines for large transfers; nil with one worker
+
+	unpin func() error // releases the device's page lock on remote (device local regions), or nil
 }
 
 // Dial connects to a target's socket, receives its memfd and maps it.
@@ -68,6 +70,13 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 	ep := &endpoint{cfg: t.cfg, local: local, lsize: cfg.Local.Size(), conn: c, whole: whole.mapping, remote: whole.region}
 	if local == nil {
 		ep.dev = cfg.Local
+		// Device copies into and out of pageable memory run at a fraction of the link's rate
+		// (H100: 12 vs 54 GB/s device-to-host at 4 MiB), so the peer's mapping is page-locked
+		// for this device, as RDMA registration pins a region. Where that fails the copies
+		// still work, through the driver's own staging.
+		if unpin, err := cfg.Local.Memory().PinHost(ep.remote); err == nil {
+			ep.unpin = unpin
+		}
 	}
 	workers := t.cfg.Workers
 	if workers == 0 {
@@ -366,6 +375,9 @@ func (ep *endpoint) Close() error {
 		ep.helpers.close()
 		ep.mu.Lock()
 		if ep.remote != nil {
+			if ep.unpin != nil {
+				_ = ep.unpin() // before the unmap; the error (a driver's) changes nothing here
+			}
 			_ = unix.Munmap(ep.whole) // copies hold mu shared: none is running
 			ep.remote, ep.whole = nil, nil
 		}

@@ -18,8 +18,11 @@ import (
 // memory does. It is closed when the test ends.
 func DeviceBuf(t testing.TB, size uint64) *buffer.ConnBuffer {
 	t.Helper()
-	if memory.Probe(memory.NvidiaGPU) != nil {
+	if err := memory.Probe(memory.NvidiaGPU); err != nil {
 		t.Setenv(memory.EmulateGPUEnv, "1")
+		t.Logf("GPU ConnBuffer emulated in host memory (no CUDA device: %v)", err)
+	} else {
+		t.Log("GPU ConnBuffer in CUDA device memory")
 	}
 	b, err := buffer.New(0, size, memory.NvidiaGPU)
 	if err != nil {
