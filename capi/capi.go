@@ -21,6 +21,7 @@ import "C"
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 	"unsafe"
@@ -92,6 +93,22 @@ func hmc_status_string(code C.int) *C.char {
 		return s
 	}
 	return unknownStatus
+}
+
+// stacksMax bounds the goroutine dump of hmc_debug_stacks.
+const stacksMax = 8 << 20
+
+//export hmc_debug_stacks
+func hmc_debug_stacks(buf *C.char, n C.uint64_t) C.uint64_t {
+	b := make([]byte, stacksMax)
+	b = b[:runtime.Stack(b, true)]
+	if buf != nil && n > 0 {
+		m := min(uint64(n)-1, uint64(len(b)))
+		dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), m+1)
+		copy(dst, b[:m])
+		dst[m] = 0
+	}
+	return C.uint64_t(len(b))
 }
 
 // ---- Memory ----

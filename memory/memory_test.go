@@ -357,3 +357,32 @@ func TestUseAfterClose(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPinHost measures page-locking a 64 MiB shared mapping and releasing it (what an SHM
+// dial from a GPU buffer pays once per peer, per 64 MiB of the peer's region).
+func BenchmarkPinHost(b *testing.B) {
+	if Probe(NvidiaGPU) != nil {
+		b.Skip("no CUDA device: the emulation pins nothing")
+	}
+	m, err := New(0, NvidiaGPU)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	const size = 64 << 20
+	host, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unix.Munmap(host)
+	b.SetBytes(size)
+	for b.Loop() {
+		unpin, err := m.PinHost(host)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := unpin(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

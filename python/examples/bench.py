@@ -8,11 +8,14 @@ Sizes are MiB. "stage+put" is sess.put(array) (copy into the buffer, then the on
 the same way (each call, summed); "wall clock" also counts the Python loop between calls.
 """
 import argparse
+import faulthandler
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -21,7 +24,52 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import hmc  # noqa: E402
 
 
+def dump_stacks(why):
+    """Python's and the Go core's stacks, to stderr."""
+    print(f"== {why}: Python threads", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(all_threads=True)
+    print(f"== {why}: Go core\n{hmc.debug_stacks()}", file=sys.stderr, flush=True)
+
+
+def dump_on_request(path):
+    """The peer dumps its stacks when the benchmark's watchdog creates path."""
+    def loop():
+        while True:
+            time.sleep(0.5)
+            if os.path.exists(path):
+                os.unlink(path)
+                dump_stacks("peer")
+    threading.Thread(target=loop, daemon=True).start()
+
+
+class Watchdog:
+    """Dumps every stack (this process, the peer, the hmc CLI) when no progress was made for
+    `stall` seconds, then ends the run: a stuck benchmark says where it is stuck."""
+
+    def __init__(self, stall, peer):
+        self.stall, self.peer, self.cli, self.last = stall, peer, None, time.monotonic()
+        threading.Thread(target=self.loop, daemon=True).start()
+
+    def tick(self):
+        self.last = time.monotonic()
+
+    def loop(self):
+        while time.monotonic() - self.last < self.stall:
+            time.sleep(1)
+        print(f"bench.py: no progress for {self.stall} s; dumping stacks", file=sys.stderr, flush=True)
+        open(f"/tmp/hmc-bench-dump-{self.peer.pid}", "w").close()
+        if self.cli is not None and self.cli.poll() is None:
+            self.cli.send_signal(signal.SIGQUIT)  # Go prints every goroutine and exits
+        dump_stacks("bench")
+        time.sleep(3)
+        if self.cli is not None and self.cli.poll() is not None:
+            print(f"== hmc CLI stderr\n{self.cli.stderr.read()}", file=sys.stderr, flush=True)
+        self.peer.kill()
+        os._exit(3)
+
+
 def serve(uds_dir):
+    dump_on_request(f"/tmp/hmc-bench-dump-{os.getpid()}")
     s = hmc.create_session(buffer_size=int(sys.argv[3]), local_ip="127.0.0.1")
     s.init_server(bind_ip="127.0.0.1", data_port=0, ctrl_tcp_port=0, self_id=0, ctrl_uds_dir=uds_dir)
     print("READY", s.data_port, s.ctrl_port, flush=True)
@@ -36,12 +84,14 @@ def main():
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--hmc", default=None, help="path of the hmc binary (default: go run ./cmd/hmc)")
     ap.add_argument("--repeats", type=int, default=5, help="alternating Python/Go rounds; medians are compared")
+    ap.add_argument("--stall", type=float, default=60, help="seconds without progress before stacks are dumped and the run ends")
     a = ap.parse_args()
     conn = hmc.ConnType[a.transport.upper()]
     sizes = [int(x) << 20 for x in a.sizes.split(",")]
     buf = max(sizes)
     peer = subprocess.Popen([sys.executable, __file__, "serve", "/tmp", str(buf)], stdout=subprocess.PIPE, text=True)
     _, dport, cport = peer.stdout.readline().split()
+    dog = Watchdog(a.stall, peer)
     s = hmc.create_session(buffer_size=buf, num_chs=2, local_ip="127.0.0.1")
     s.connect(peer_id=0, self_id=1, peer_ip="127.0.0.1", data_port=int(dport), ctrl_tcp_port=int(cport),
               uds_dir="/tmp", conn=conn)
@@ -57,6 +107,7 @@ def main():
             for _ in range(a.iters):
                 s.put("127.0.0.1", int(dport), x, conn=conn)
             res[n]["staged"].append(n * a.iters / (time.perf_counter() - t0) / 1e9)
+            dog.tick()
             # Timed per call and summed, as `hmc bench` times each transfer (its loop's own
             # bookkeeping between transfers is not counted either); wall clock kept beside it.
             busy, t0 = 0.0, time.perf_counter()
@@ -66,9 +117,16 @@ def main():
                 busy += time.perf_counter() - c0
             res[n]["wall"].append(n * a.iters / (time.perf_counter() - t0) / 1e9)
             res[n]["put"].append(n * a.iters / busy / 1e9)
-        out = subprocess.run(cmd + ["bench", "--quiet", "--json", "--transport", a.transport, "--iters", str(a.iters),
-                                    "--sizes", ",".join(f"{n >> 20}MiB" for n in sizes)],
-                             cwd=root, capture_output=True, text=True, check=True).stdout
+            dog.tick()
+        dog.cli = subprocess.Popen(cmd + ["bench", "--quiet", "--json", "--transport", a.transport, "--iters", str(a.iters),
+                                          "--sizes", ",".join(f"{n >> 20}MiB" for n in sizes)],
+                                   cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env=dict(os.environ, GOTRACEBACK="all"))
+        out = dog.cli.stdout.read()
+        if dog.cli.wait() != 0:
+            sys.exit(f"hmc bench failed ({dog.cli.returncode}): {dog.cli.stderr.read()}")
+        dog.cli = None
+        dog.tick()
         for r in map(json.loads, out.splitlines()):
             res[r["size"]]["go"].append(r["gbps"])
             route = r["route"]

@@ -16,7 +16,7 @@ from ._lib import LIB as _L
 
 __all__ = [
     "Status", "MemoryType", "ConnType", "HMCError", "HMCStatusError", "IOBuffer", "Session",
-    "create_session", "memory_supported",
+    "create_session", "memory_supported", "debug_stacks",
 ]
 
 DEFAULT_TIMEOUT = 60.0
@@ -78,6 +78,15 @@ def _ms(timeout):
 
 def _b(s):
     return s.encode() if isinstance(s, str) else s
+
+
+def debug_stacks():
+    """The stacks of every goroutine of the Go core, as text: for a watchdog that finds a call
+    stuck (a Go program prints them on SIGQUIT; inside Python it cannot)."""
+    n = _L.hmc_debug_stacks(None, 0)
+    buf = ctypes.create_string_buffer(n + 4096)  # goroutines may have grown meanwhile
+    _L.hmc_debug_stacks(buf, len(buf))
+    return buf.value.decode(errors="replace")
 
 
 def memory_supported(mem_type):

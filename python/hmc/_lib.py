@@ -11,6 +11,7 @@ _pu64 = ctypes.POINTER(ctypes.c_uint64)
 _SIGNATURES = {
     "hmc_last_error": ([], _str),
     "hmc_status_string": ([_int], _str),
+    "hmc_debug_stacks": ([_ptr, _u64], _u64),
     "hmc_memory_probe": ([_int], _int),
     "hmc_session_create": ([_int, _u64, _int, _int, _str, _pu64], _int),
     "hmc_session_destroy": ([_u64], _int),
