@@ -60,7 +60,12 @@ class Watchdog:
         open(f"/tmp/hmc-bench-dump-{self.peer.pid}", "w").close()
         if self.cli is not None and self.cli.poll() is None:
             self.cli.send_signal(signal.SIGQUIT)  # Go prints every goroutine and exits
-        dump_stacks("bench")
+        # The Go core may be the stuck part: a dump that cannot enter it must not stop the exit.
+        t = threading.Thread(target=dump_stacks, args=("bench",), daemon=True)
+        t.start()
+        t.join(timeout=5)
+        if t.is_alive():
+            print("== bench: the Go core did not answer (no goroutine dump)", file=sys.stderr, flush=True)
         time.sleep(3)
         if self.cli is not None and self.cli.poll() is not None:
             print(f"== hmc CLI stderr\n{self.cli.stderr.read()}", file=sys.stderr, flush=True)

@@ -245,6 +245,16 @@ func (ep *endpoint) copyOp(ctx context.Context, put bool, localOff, remoteOff, n
 // then hands that P to another thread; the returning caller finds no P, queues behind the
 // helper, and the helper ends up without one. Python's puts ran at half the CLI's speed that
 // way (4 MiB: 80 µs per put, helper idle in most of them; with plain spins 46 µs, as the CLI).
+//
+// The caller's wait is bounded (claimWait), then parks until the last piece is done, and its
+// spin makes a function call per turn. Both matter: a helper preempted mid-piece needs a P, and
+// the caller must give its own up. A call-free spin relies on asynchronous preemption, which a
+// C thread calling libhmc.so can lose: as we read runtime/signal_unix.go (Go 1.26), a preemption
+// signal that lands while the thread is back in C returns without clearing the M's
+// signal-pending flag, after which no further signal is sent to it. Python's bench hung that way
+// in 2 of 8 runs on the H100 machine: the caller spinning on one P, the GC worker on the other
+// waiting to scan the caller's stack, the helper it waited for runnable with no P
+// (GODEBUG=schedtrace). TestCopyWithoutAsyncPreemption recreates it with asyncpreemptoff=1.
 func (ep *endpoint) copy(dst, src []byte) {
 	n := uint64(len(src))
 	big := n > ep.cfg.HugeCopy/2 // far beyond the caches: Go's non-temporal copy wins
@@ -256,6 +266,7 @@ func (ep *endpoint) copy(dst, src []byte) {
 	j := &copyJob{dst: dst, src: src, n: n, big: big, pieceMin: ep.cfg.PieceSize,
 		piece: max(ep.cfg.PieceSize, (n/(workers*4)+4095)&^4095)}
 	j.left.Store(int64(n))
+	j.done = make(chan struct{})
 	for range workers - 1 {
 		select {
 		case ep.helpers.jobs <- j:
@@ -263,9 +274,17 @@ func (ep *endpoint) copy(dst, src []byte) {
 		}
 	}
 	j.work()
-	for j.left.Load() != 0 { // pieces claimed by helpers and still being copied: a short wait
+	for until := time.Now().Add(claimWait); j.left.Load() != 0; { // pieces claimed by helpers
+		if !time.Now().Before(until) { // time.Now is also the loop's preemption point
+			<-j.done
+			return
+		}
 	}
 }
+
+// claimWait bounds the caller's spin for pieces that helpers are still copying: a few pieces'
+// worth. Beyond it the caller parks, which costs a wake-up (tens of µs) but frees its P.
+const claimWait = 200 * time.Microsecond
 
 type copyJob struct {
 	dst, src   []byte
@@ -273,6 +292,7 @@ type copyJob struct {
 	pieceMin   uint64
 	big        bool
 	next, left atomic.Int64
+	done       chan struct{} // closed by whoever copies the last byte
 }
 
 func (j *copyJob) work() {
@@ -283,7 +303,9 @@ func (j *copyJob) work() {
 		}
 		end := min(off+j.piece, j.n)
 		pieceCopy(j.dst[off:end], j.src[off:end], j.pieceMin, j.big)
-		j.left.Add(-int64(end - off))
+		if j.left.Add(-int64(end-off)) == 0 {
+			close(j.done)
+		}
 	}
 }
 

@@ -25,6 +25,10 @@ func TestMain(m *testing.M) {
 		cmaChild()
 		return
 	}
+	if os.Getenv("HMC_SHM_PREEMPT_CHILD") == "1" {
+		preemptChild()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 
