@@ -74,8 +74,12 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 		// (H100: 12 vs 54 GB/s device-to-host at 4 MiB), so the peer's mapping is page-locked
 		// for this device, as RDMA registration pins a region. Where that fails the copies
 		// still work, through the driver's own staging.
-		if unpin, err := cfg.Local.Memory().PinHost(ep.remote); err == nil {
-			ep.unpin = unpin
+		if int64(len(ep.remote)) <= t.cfg.DevicePinMax {
+			if unpin, err := cfg.Local.Memory().PinHost(ep.remote); err == nil {
+				ep.unpin = unpin
+			} else {
+				t.cfg.Logger.Debug("shm: peer region not page-locked", "addr", cfg.Addr, "err", err)
+			}
 		}
 	}
 	workers := t.cfg.Workers

@@ -197,3 +197,33 @@ func TestDeviceInitiator(t *testing.T) {
 	}
 	transporttest.DeviceRoundTrip(t, tr, abstractName(t), transporttest.HostBuf(t, size), dev)
 }
+
+// An initiator with a GPU buffer page-locks the peer's mapping for its device unless the region
+// exceeds DevicePinMax (negative: never); the lock is released before the unmap at Close.
+func TestDevicePinsPeerRegion(t *testing.T) {
+	const size = 1 << 20
+	dev := transporttest.DeviceBuf(t, size)
+	for _, tc := range []struct {
+		max  int64
+		want bool
+	}{{0, true}, {size, true}, {size - 1, false}, {-1, false}} {
+		tr, err := New(Config{DevicePinMax: tc.max})
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := abstractName(t)
+		srv, err := tr.Listen(transport.ServerConfig{BindAddr: name, Region: transporttest.HostBuf(t, size)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep, err := tr.Dial(context.Background(), transport.DialConfig{Addr: name, Local: dev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ep.(*endpoint).unpin != nil; got != tc.want {
+			t.Errorf("DevicePinMax %d: pinned %v, want %v", tc.max, got, tc.want)
+		}
+		_ = ep.Close()
+		_ = srv.Close()
+	}
+}
