@@ -115,6 +115,14 @@ type devKey struct {
 func (c *Communicator) deviceStaging(t memory.Type, dev int) (*memory.Memory, error) {
 	c.devMu.Lock()
 	defer c.devMu.Unlock()
+	// Checked under devMu: Close marks closed before it releases the devices (under devMu),
+	// so a device opened here is either refused or released by that Close.
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("comm: stream: %w", status.ErrClosed)
+	}
 	if c.devs == nil {
 		c.devs = make(map[devKey]*devStage)
 	}

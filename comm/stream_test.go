@@ -3,12 +3,14 @@ package comm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/ctrl"
 	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 	"github.com/hmc-go/hmc/transport/transporttest"
 )
@@ -60,5 +62,56 @@ func TestStreamRingShapes(t *testing.T) {
 		sbuf.Close()
 		rbuf.Close()
 		cancel()
+	}
+}
+
+// A stream from device memory keeps the device open, with the ring page-locked, until Close,
+// which releases it; after Close no device is opened again.
+func TestDeviceStagingLifetime(t *testing.T) {
+	t.Setenv(memory.EmulateGPUEnv, "1")
+	buf, err := buffer.New(0, 8<<20, memory.CPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Close()
+	c, err := New(buf, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := memory.New(0, memory.NvidiaGPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	d, err := m.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := DeviceData(d.Ptr(), 1<<20, memory.NvidiaGPU, 0)
+	s1, err := c.newStager(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := c.newStager(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s1.mem != s2.mem || len(c.devs) != 1 || c.devs[devKey{memory.NvidiaGPU, 0}].unpin == nil {
+		t.Fatalf("device staging not shared or not locked: %+v", c.devs)
+	}
+	if err := s1.in(0, 4096, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.devs) != 0 {
+		t.Fatal("Close left devices open")
+	}
+	if err := s1.in(0, 4096, 0); !errors.Is(err, status.ErrClosed) {
+		t.Fatalf("copy through a released device: %v", err)
+	}
+	if _, err := c.newStager(data); !errors.Is(err, status.ErrClosed) {
+		t.Fatalf("stager after Close: %v", err)
 	}
 }
