@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 )
@@ -13,10 +14,33 @@ import (
 var version = "dev"
 
 func main() {
-	if err := newRoot().Execute(); err != nil {
+	stop := profile(os.Getenv("HMC_CPUPROFILE"))
+	err := newRoot().Execute()
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "hmc:", err)
 		os.Exit(1)
 	}
+}
+
+// profile writes a CPU profile of this process to path (HMC_CPUPROFILE, for `go tool pprof`;
+// a `hmc bench` server child writes path.server), or does nothing when path is empty.
+func profile(path string) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	if len(os.Args) > 2 && os.Args[1] == "bench" && os.Args[2] == "server" {
+		path += ".server"
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hmc: cpu profile:", err)
+		return func() {}
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }
 }
 
 func newRoot() *cobra.Command {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -55,5 +57,16 @@ func TestStoreBench(t *testing.T) {
 	}
 	if _, err := run(t, "store", "serve", "--listen", "udp://1.2.3.4:5"); err == nil {
 		t.Error("bad --listen accepted")
+	}
+}
+
+// HMC_CPUPROFILE writes a CPU profile when the command ends; without it nothing is written.
+func TestProfile(t *testing.T) {
+	profile("")()
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	stop := profile(path)
+	stop()
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		t.Fatalf("profile: %v", err)
 	}
 }
