@@ -52,7 +52,8 @@ const char *hmc_last_error(void);
 const char *hmc_status_string(int code);
 /* Diagnostics: writes the stacks of every goroutine of the library (what a Go program prints on
  * SIGQUIT, which a library cannot catch) into buf, at most len-1 bytes and a NUL, and returns
- * the dump's full length. Meant for a watchdog that finds a call stuck. */
+ * the dump's length (at most 8 MiB); buf NULL asks for the length only. Meant for a watchdog
+ * that finds a call stuck. */
 uint64_t hmc_debug_stacks(char *buf, uint64_t len);
 
 /* ---- Memory: device-agnostic allocation and copies ---- */

@@ -144,6 +144,14 @@ static int client(int data_port, int ctrl_port) {
 	CHECK(hmc_ctrl_destroy(cb2));
 	CHECK(hmc_ctrl_destroy(ca));
 	EXPECT(hmc_ctrl_destroy(ca), HMC_INVALID_CONFIG);
+	/* Diagnostics: the library's goroutine stacks, as a watchdog would read them. */
+	uint64_t need = hmc_debug_stacks(NULL, 0);
+	char stacks[64];
+	if (need == 0 || hmc_debug_stacks(stacks, sizeof stacks) == 0 || strncmp(stacks, "goroutine ", 10) != 0 ||
+	    strlen(stacks) != sizeof stacks - 1) {
+		fprintf(stderr, "client: debug stacks\n");
+		return 1;
+	}
 	free(src);
 	free(local);
 	CHECK(hmc_session_destroy(s));

@@ -105,6 +105,12 @@ def test_nb_wait_and_stream(peer):
     assert peer.ctrl_recv(0) == 1
 
 
+def test_debug_stacks(peer):
+    """The Go core's goroutines, for a watchdog: the session's own servers are among them."""
+    text = hmc.debug_stacks()
+    assert text.startswith("goroutine ") and "hmc-go/hmc" in text
+
+
 def test_errors(peer):
     with pytest.raises(hmc.HMCStatusError) as e:
         peer.buf.put(b"x" * 100, offset=(32 << 20) - 10)  # buffer overflow
