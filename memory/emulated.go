@@ -19,8 +19,8 @@ const EmulateGPUEnv = "HMC_EMULATE_GPU"
 
 func emulating() bool { return os.Getenv(EmulateGPUEnv) == "1" }
 
-// emulatedBackend is "device" memory that is really anonymous host memory.
-type emulatedBackend struct{}
+// emulatedBackend is "device" memory that is really anonymous host memory, copied by the CPU.
+type emulatedBackend struct{ cpuCopies }
 
 func (emulatedBackend) alloc(size uint64) (*Buffer, error) {
 	b, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
@@ -32,21 +32,6 @@ func (emulatedBackend) alloc(size uint64) (*Buffer, error) {
 
 func (emulatedBackend) free(b *Buffer) error {
 	return unix.Munmap(HostSlice(b.ptr, b.size))
-}
-
-func (emulatedBackend) copyHostToDevice(dst Ptr, src []byte) error {
-	copy(HostSlice(dst, uint64(len(src))), src)
-	return nil
-}
-
-func (emulatedBackend) copyDeviceToHost(dst []byte, src Ptr) error {
-	copy(dst, HostSlice(src, uint64(len(dst))))
-	return nil
-}
-
-func (emulatedBackend) copyDeviceToDevice(dst, src Ptr, n uint64) error {
-	copy(HostSlice(dst, n), HostSlice(src, n))
-	return nil
 }
 
 // pinHost has nothing to lock: the emulated device copies with the CPU. It succeeds, so that the

@@ -12,7 +12,11 @@ import (
 
 // hostBackend is CPU memory: a memfd mapped MAP_SHARED, so the same pages can be mapped by
 // another process that receives the descriptor.
-type hostBackend struct{}
+type hostBackend struct{ cpuCopies }
+
+// cpuCopies are the copies of memory the CPU addresses directly: the host backend's, and the
+// emulated device's (host memory behind device-style addresses).
+type cpuCopies struct{}
 
 func (hostBackend) alloc(size uint64) (*Buffer, error) {
 	page := uint64(os.Getpagesize())
@@ -54,17 +58,17 @@ func (hostBackend) free(b *Buffer) error {
 	return nil
 }
 
-func (hostBackend) copyHostToDevice(dst Ptr, src []byte) error {
+func (cpuCopies) copyHostToDevice(dst Ptr, src []byte) error {
 	copy(HostSlice(dst, uint64(len(src))), src)
 	return nil
 }
 
-func (hostBackend) copyDeviceToHost(dst []byte, src Ptr) error {
+func (cpuCopies) copyDeviceToHost(dst []byte, src Ptr) error {
 	copy(dst, HostSlice(src, uint64(len(dst))))
 	return nil
 }
 
-func (hostBackend) copyDeviceToDevice(dst, src Ptr, n uint64) error {
+func (cpuCopies) copyDeviceToDevice(dst, src Ptr, n uint64) error {
 	copy(HostSlice(dst, n), HostSlice(src, n)) // Go's copy is memmove: overlap-safe
 	return nil
 }
