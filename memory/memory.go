@@ -30,25 +30,38 @@ type Memory struct {
 	dev int
 	be  backend
 
-	mu     sync.Mutex
-	live   map[*Buffer]struct{} // buffers allocated and not yet freed; guarded by mu
-	closed bool                 // guarded by mu
+	mu   sync.Mutex
+	live map[*Buffer]struct{} // buffers allocated and not yet freed; guarded by mu
 
-	// use is held shared by copies and page-lock calls and taken by Close, so that Close waits
-	// for the device calls in flight and later ones fail with ErrClosed instead of reaching a
-	// released device context.
-	use  sync.RWMutex
-	gone bool // guarded by use
+	// use is held shared by allocations, copies and page-lock calls and taken by Close, so that
+	// Close waits for the device calls in flight and later ones fail with ErrClosed instead of
+	// reaching a released device context.
+	use    sync.RWMutex
+	closed bool // guarded by use
 }
 
 // using runs f unless the Memory is closed, keeping Close out until it returns.
 func (m *Memory) using(op string, f func() error) error {
 	m.use.RLock()
 	defer m.use.RUnlock()
-	if m.gone {
+	if m.closed {
 		return fmt.Errorf("memory: %s: %w", op, status.ErrClosed)
 	}
 	return f()
+}
+
+// lease runs acquire unless the Memory is closed, as using does, and returns its release,
+// itself refused once the Memory is closed (the device took everything with it).
+func (m *Memory) lease(op, releaseOp string, acquire func() (func() error, error)) (func() error, error) {
+	var release func() error
+	err := m.using(op, func() (err error) {
+		release, err = acquire()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func() error { return m.using(releaseOp, release) }, nil
 }
 
 // New opens memory of type t on device deviceID. Default resolves to the first available
@@ -129,17 +142,20 @@ func (m *Memory) Alloc(size uint64) (*Buffer, error) {
 	if size == 0 {
 		return nil, fmt.Errorf("memory: alloc of 0 bytes: %w", status.ErrInvalidConfig)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil, fmt.Errorf("memory: alloc: %w", status.ErrClosed)
-	}
-	b, err := m.be.alloc(size)
+	var b *Buffer
+	err := m.using("alloc", func() (err error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if b, err = m.be.alloc(size); err != nil {
+			return err
+		}
+		b.typ, b.dev, b.owner = m.typ, m.dev, m
+		m.live[b] = struct{}{}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	b.typ, b.dev, b.owner = m.typ, m.dev, m
-	m.live[b] = struct{}{}
 	return b, nil
 }
 
@@ -168,11 +184,9 @@ func (m *Memory) AllocStaging(size uint64) (b []byte, free func() error, err err
 	if s, ok := m.be.(interface {
 		allocStaging(uint64) ([]byte, func() error, error)
 	}); ok {
-		err = m.using("staging alloc", func() error {
-			var f func() error
+		free, err = m.lease("staging alloc", "staging free", func() (f func() error, err error) {
 			b, f, err = s.allocStaging(size)
-			free = func() error { return m.using("staging free", f) }
-			return err
+			return f, err
 		})
 		if err != nil {
 			return nil, nil, err
@@ -195,16 +209,7 @@ func (m *Memory) PinHost(b []byte) (unpin func() error, err error) {
 	if p, ok := m.be.(interface {
 		pinHost([]byte) (func() error, error)
 	}); ok {
-		err = m.using("pin", func() error {
-			var f func() error
-			f, err = p.pinHost(b)
-			unpin = func() error { return m.using("unpin", f) }
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		return unpin, nil
+		return m.lease("pin", "unpin", func() (func() error, error) { return p.pinHost(b) })
 	}
 	return nil, fmt.Errorf("memory: page-locking host memory for %v: %w", m.typ, status.ErrUnsupported)
 }
@@ -247,14 +252,13 @@ func (m *Memory) CopyDeviceToDevice(dst, src Ptr, n uint64) error {
 // later copies return ErrClosed. It is idempotent.
 func (m *Memory) Close() error {
 	m.use.Lock()
-	m.gone = true
-	m.use.Unlock()
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.use.Unlock()
 	if m.closed {
 		return nil
 	}
 	m.closed = true
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	var first error
 	for b := range m.live {
 		if err := m.be.free(b); err != nil && first == nil {
