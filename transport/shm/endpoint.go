@@ -22,9 +22,8 @@ import (
 
 type endpoint struct {
 	cfg    Config
-	local  []byte             // a host local region
-	dev    *buffer.ConnBuffer // a device local region (copied by the device's own copies), else nil
-	lsize  uint64
+	region *buffer.ConnBuffer // the local region
+	local  []byte             // its bytes; nil for device memory (copied by the device's own copies)
 	conn   *net.UnixConn
 	dead   atomic.Pointer[error]
 	wg     sync.WaitGroup
@@ -67,9 +66,8 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 		_ = c.Close() // the handshake failed; its error is reported
 		return nil, fmt.Errorf("shm: %s: %w", cfg.Addr, err)
 	}
-	ep := &endpoint{cfg: t.cfg, local: local, lsize: cfg.Local.Size(), conn: c, whole: whole.mapping, remote: whole.region}
+	ep := &endpoint{cfg: t.cfg, region: cfg.Local, local: local, conn: c, whole: whole.mapping, remote: whole.region}
 	if local == nil {
-		ep.dev = cfg.Local
 		// Device copies into and out of pageable memory run at a fraction of the link's rate
 		// (H100: 12 vs 54 GB/s device-to-host at 4 MiB), so the peer's mapping is page-locked
 		// for this device, as RDMA registration pins a region. Where that fails the copies
@@ -208,19 +206,19 @@ func (ep *endpoint) copyOp(ctx context.Context, put bool, localOff, remoteOff, n
 	if ep.remote == nil {
 		return nil, fmt.Errorf("shm: endpoint: %w", status.ErrClosed)
 	}
-	if err := transport.CheckRanges(ep.lsize, uint64(len(ep.remote)), localOff, remoteOff, n); err != nil {
+	if err := transport.CheckRanges(ep.region.Size(), uint64(len(ep.remote)), localOff, remoteOff, n); err != nil {
 		return nil, fmt.Errorf("shm: %w", err)
 	}
 	if err := status.FromContext(ctx); err != nil {
 		return nil, err
 	}
-	if ep.dev != nil { // one device copy between the local GPU region and the peer's mapping
+	if ep.local == nil { // one device copy between the local GPU region and the peer's mapping
 		r := ep.remote[remoteOff : remoteOff+n]
 		var err error
 		if put {
-			err = ep.dev.ReadToCPU(r, localOff)
+			err = ep.region.ReadToCPU(r, localOff)
 		} else {
-			err = ep.dev.WriteFromCPU(r, localOff)
+			err = ep.region.WriteFromCPU(r, localOff)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("shm: device copy: %w", err)
