@@ -31,6 +31,11 @@ def dump_stacks(why):
     print(f"== {why}: Go core\n{hmc.debug_stacks()}", file=sys.stderr, flush=True)
 
 
+def dump_request(pid):
+    """The file whose creation asks process pid (the peer) to dump its stacks."""
+    return f"/tmp/hmc-bench-dump-{pid}"
+
+
 def dump_on_request(path):
     """The peer dumps its stacks when the benchmark's watchdog creates path."""
     def loop():
@@ -57,7 +62,7 @@ class Watchdog:
         while time.monotonic() - self.last < self.stall:
             time.sleep(1)
         print(f"bench.py: no progress for {self.stall} s; dumping stacks", file=sys.stderr, flush=True)
-        open(f"/tmp/hmc-bench-dump-{self.peer.pid}", "w").close()
+        open(dump_request(self.peer.pid), "w").close()
         if self.cli is not None and self.cli.poll() is None:
             self.cli.send_signal(signal.SIGQUIT)  # Go prints every goroutine and exits
         # The Go core may be the stuck part: a dump that cannot enter it must not stop the exit.
@@ -74,7 +79,7 @@ class Watchdog:
 
 
 def serve(uds_dir):
-    dump_on_request(f"/tmp/hmc-bench-dump-{os.getpid()}")
+    dump_on_request(dump_request(os.getpid()))
     s = hmc.create_session(buffer_size=int(sys.argv[3]), local_ip="127.0.0.1")
     s.init_server(bind_ip="127.0.0.1", data_port=0, ctrl_tcp_port=0, self_id=0, ctrl_uds_dir=uds_dir)
     print("READY", s.data_port, s.ctrl_port, flush=True)
