@@ -19,9 +19,8 @@ import (
 
 type endpoint struct {
 	cfg        Config
-	local      []byte             // a host local region
-	dev        *buffer.ConnBuffer // a device local region (staged), else nil
-	localSize  uint64
+	region     *buffer.ConnBuffer // the local region
+	local      []byte             // its bytes; nil for device memory (staged through the lanes' rings)
 	remoteSize uint64
 	lanes      []*lane
 	next       atomic.Uint64 // round-robin lane cursor for chunks
@@ -83,10 +82,7 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 	var sid [8]byte
 	_, _ = rand.Read(sid[:]) // crypto/rand.Read never fails on Linux
 	h := hello{lanes: uint16(n), rank: cfg.Rank, session: binary.LittleEndian.Uint64(sid[:]), listenPort: uint16(cfg.ListenPort)}
-	ep := &endpoint{cfg: t.cfg, local: local, localSize: cfg.Local.Size()}
-	if local == nil {
-		ep.dev = cfg.Local
-	}
+	ep := &endpoint{cfg: t.cfg, region: cfg.Local, local: local}
 	for i := range n {
 		h.lane = uint16(i)
 		c, w, err := t.dialLane(ctx, cfg.Addr, h)
@@ -103,9 +99,9 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 		}
 		l := &lane{c: c, r: newReader(c, t.cfg.BusyPoll), slots: make(chan struct{}, t.cfg.MaxInflight), wq: make(chan outReq, t.cfg.MaxInflight),
 			done: make(chan struct{}), pending: make(map[uint64]pend)}
-		if ep.dev != nil {
-			if l.send, err = transport.NewStager(ep.dev, 0, 0); err == nil {
-				if l.recv, err = transport.NewStager(ep.dev, 0, 0); err != nil {
+		if local == nil {
+			if l.send, err = transport.NewStager(ep.region, 0, 0); err == nil {
+				if l.recv, err = transport.NewStager(ep.region, 0, 0); err != nil {
 					_ = l.send.Close()
 				}
 			}
@@ -177,7 +173,7 @@ func (ep *endpoint) GetAsync(ctx context.Context, localOff, remoteOff, n uint64)
 }
 
 func (ep *endpoint) post(ctx context.Context, op uint8, localOff, remoteOff, n uint64) (*transport.Op, error) {
-	if err := transport.CheckRanges(ep.localSize, ep.remoteSize, localOff, remoteOff, n); err != nil {
+	if err := transport.CheckRanges(ep.region.Size(), ep.remoteSize, localOff, remoteOff, n); err != nil {
 		return nil, fmt.Errorf("tcp: %w", err)
 	}
 	chunk := ep.cfg.ChunkSize
@@ -199,7 +195,7 @@ func (ep *endpoint) post(ctx context.Context, op uint8, localOff, remoteOff, n u
 		}
 		r := request{op: op, id: ep.ids.Add(1), offset: remoteOff + off, length: size}
 		var span []byte
-		if ep.dev == nil {
+		if ep.local != nil {
 			span = ep.local[localOff+off : localOff+off+size : localOff+off+size]
 		}
 		if err := l.post(ctx, r, span, localOff+off, o); err != nil {

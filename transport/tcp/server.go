@@ -16,9 +16,8 @@ import (
 
 type server struct {
 	t        *Transport
-	region   []byte             // host regions: served straight from and into these bytes
-	dev      *buffer.ConnBuffer // device regions: served through a staging ring per lane
-	size     uint64
+	buf      *buffer.ConnBuffer // the region served
+	region   []byte             // its bytes, served zero-copy; nil for device memory (a staging ring per lane)
 	rank     uint32
 	onAccept func(transport.PeerInfo)
 	onWrite  func(off, n uint64)
@@ -32,16 +31,11 @@ func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error)
 	if cfg.Region == nil {
 		return nil, fmt.Errorf("tcp: listen without a region: %w", status.ErrInvalidConfig)
 	}
-	region := cfg.Region.Bytes()
-	var dev *buffer.ConnBuffer
-	if region == nil {
-		dev = cfg.Region
-	}
 	l, err := net.Listen("tcp", cfg.BindAddr)
 	if err != nil {
 		return nil, fmt.Errorf("tcp: listen %s: %w: %w", cfg.BindAddr, status.ErrInvalidConfig, err)
 	}
-	s := &server{t: t, region: region, dev: dev, size: cfg.Region.Size(), rank: cfg.Rank, onAccept: cfg.OnAccept, onWrite: cfg.OnWrite, l: l}
+	s := &server{t: t, buf: cfg.Region, region: cfg.Region.Bytes(), rank: cfg.Rank, onAccept: cfg.OnAccept, onWrite: cfg.OnWrite, l: l}
 	s.lanes = acceptor.Start(l, l.Accept, s.serve, t.cfg.Logger, "tcp")
 	return s, nil
 }
@@ -87,7 +81,7 @@ func (s *server) handshake(c net.Conn) (hello, error) {
 		s.onAccept(transport.PeerInfo{Rank: h.rank, IP: ip, ListenPort: int(h.listenPort)})
 	}
 	var w [welcomeSize]byte
-	welcome{rank: s.rank, regionSize: s.size}.encode(&w)
+	welcome{rank: s.rank, regionSize: s.buf.Size()}.encode(&w)
 	if _, err := c.Write(w[:]); err != nil {
 		return hello{}, err
 	}
@@ -103,12 +97,12 @@ func (s *server) serveRequests(c net.Conn) error {
 		rb   [reqSize]byte
 		wb   [respSize]byte
 		arr  [2][]byte
-		size = s.size
+		size = s.buf.Size()
 		stg  *transport.Stager
 	)
-	if s.dev != nil {
+	if s.region == nil {
 		var err error
-		if stg, err = transport.NewStager(s.dev, 0, 0); err != nil {
+		if stg, err = transport.NewStager(s.buf, 0, 0); err != nil {
 			return fmt.Errorf("tcp: %w", err)
 		}
 		defer stg.Close()

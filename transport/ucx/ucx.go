@@ -665,12 +665,11 @@ type endpoint struct {
 	w          *worker
 	ep         C.ucp_ep_h
 	rkey       C.ucp_rkey_h
-	errflag    *C.int // set by UCX's error callback (C memory)
-	local      []byte // host local region (nil for a staged device region)
+	errflag    *C.int             // set by UCX's error callback (C memory)
+	region     *buffer.ConnBuffer // the local region
+	local      []byte             // its bytes (nil for a device region, staged through ring)
 	localMemh  C.ucp_mem_h
-	localSize  uint64
-	dev        *buffer.ConnBuffer // a device local region staged through ring, else nil
-	ring       [][]byte           // registered host chunks for dev
+	ring       [][]byte // registered host chunks for a device region
 	ringMemh   []C.ucp_mem_h
 	ringFree   []func() error
 	stageMu    sync.Mutex // one staged transfer at a time
@@ -775,10 +774,10 @@ func (t *Transport) setup(ctx context.Context, w *worker, conn net.Conn, cfg tra
 		return nil, err
 	}
 	_ = conn.SetDeadline(time.Time{})
-	e := &endpoint{t: t, w: w, local: local, localSize: cfg.Local.Size(), remoteAddr: wel.regionAddr, remoteSize: wel.regionSize, link: conn,
+	e := &endpoint{t: t, w: w, region: cfg.Local, local: local, remoteAddr: wel.regionAddr, remoteSize: wel.regionSize, link: conn,
 		linkDone: make(chan struct{})}
 	if local == nil {
-		if err := e.makeRing(cfg.Local); err != nil {
+		if err := e.makeRing(); err != nil {
 			return nil, err
 		}
 	}
@@ -842,7 +841,7 @@ func (e *endpoint) check(localOff, remoteOff, n uint64) error {
 	if *(*int32)(unsafe.Pointer(e.errflag)) != 0 {
 		return ucsErr("endpoint", C.ucs_status_t(*e.errflag))
 	}
-	return transport.CheckRanges(e.localSize, e.remoteSize, localOff, remoteOff, n)
+	return transport.CheckRanges(e.region.Size(), e.remoteSize, localOff, remoteOff, n)
 }
 
 // PutAsync posts the put and a flush; the Op completes when the flush does (bytes visible).
@@ -865,7 +864,7 @@ func (e *endpoint) post(ctx context.Context, put bool, localOff, remoteOff, n ui
 	if n == 0 {
 		return transport.NewOp(0), nil
 	}
-	if e.dev != nil {
+	if e.local == nil {
 		return e.staged(put, localOff, remoteOff, n), nil
 	}
 	return e.postRaw(put, unsafe.Pointer(&e.local[localOff]), remoteOff, n), nil
@@ -953,10 +952,9 @@ var hasCUDA = sync.OnceValue(func() bool {
 })
 
 // makeRing allocates and registers the staging chunks of a device local region.
-func (e *endpoint) makeRing(dev *buffer.ConnBuffer) error {
-	e.dev = dev
+func (e *endpoint) makeRing() error {
 	for range transport.DefaultStageDepth {
-		b, free, err := dev.Memory().AllocStaging(transport.DefaultStageChunk)
+		b, free, err := e.region.Memory().AllocStaging(transport.DefaultStageChunk)
 		if err != nil {
 			e.unmapLocal()
 			return fmt.Errorf("ucx: staging ring: %w", err)
@@ -1020,7 +1018,7 @@ func (e *endpoint) runStaged(put bool, localOff, remoteOff, n uint64) error {
 			return err
 		}
 		if !put {
-			return e.dev.WriteFromCPU(e.ring[i][:f.k], localOff+f.off)
+			return e.region.WriteFromCPU(e.ring[i][:f.k], localOff+f.off)
 		}
 		return nil
 	}
@@ -1032,7 +1030,7 @@ func (e *endpoint) runStaged(put bool, localOff, remoteOff, n uint64) error {
 		}
 		k := min(chunk, n-done)
 		if put {
-			if err = e.dev.ReadToCPU(e.ring[slot][:k], localOff+done); err != nil {
+			if err = e.region.ReadToCPU(e.ring[slot][:k], localOff+done); err != nil {
 				break
 			}
 		}
