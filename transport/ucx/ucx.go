@@ -463,9 +463,7 @@ func (w *worker) poll() bool {
 		if p.op != nil {
 			p.op.Finish(err)
 		}
-		for _, op := range p.ops {
-			op.Finish(err)
-		}
+		finishAll(p.ops, err)
 		if p.flush != nil {
 			done = append(done, p.flush)
 		}
@@ -689,6 +687,13 @@ type endpoint struct {
 	batch    []*transport.Op
 }
 
+// finishAll finishes every op with err.
+func finishAll(ops []*transport.Op, err error) {
+	for _, op := range ops {
+		op.Finish(err)
+	}
+}
+
 // maxFlushes bounds the flushes in flight per endpoint: one would serialise the flushes' round
 // trips (over TCP each waits for the target), many would flush every put on its own.
 const maxFlushes = 4
@@ -702,23 +707,17 @@ func (e *endpoint) flushBatch() {
 	ops := e.batch
 	e.batch = nil
 	if e.closed.Load() {
-		for _, op := range ops {
-			op.Finish(fmt.Errorf("ucx: endpoint: %w", status.ErrClosed))
-		}
+		finishAll(ops, fmt.Errorf("ucx: endpoint: %w", status.ErrClosed))
 		return
 	}
 	var st C.ucs_status_t
 	req := C.hmc_flush(e.ep, &st)
 	if st != C.UCS_OK {
-		for _, op := range ops {
-			op.Finish(ucsErr("flush", st))
-		}
+		finishAll(ops, ucsErr("flush", st))
 		return
 	}
-	if req == nil {
-		for _, op := range ops {
-			op.Finish(nil)
-		}
+	if req == nil { // done at once
+		finishAll(ops, nil)
 		return
 	}
 	e.flushing++
@@ -921,9 +920,7 @@ func (e *endpoint) Close() error {
 			// closed by force; the loop finishes their Ops.
 			C.ucp_rkey_destroy(e.rkey)
 			e.w.wait(C.hmc_ep_close(e.ep, 1))
-			for _, op := range e.batch { // puts that waited for a flush that will not come
-				op.Finish(fmt.Errorf("ucx: endpoint: %w", status.ErrClosed))
-			}
+			finishAll(e.batch, fmt.Errorf("ucx: endpoint: %w", status.ErrClosed)) // puts that waited for a flush that will not come
 			e.batch = nil
 		})
 		e.stageMu.Lock() // a staged transfer in progress has failed out by now
