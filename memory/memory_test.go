@@ -272,11 +272,7 @@ func TestPinHost(t *testing.T) {
 	}
 	defer m.Close()
 	const size = 4<<20 + 5
-	host, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(host)
+	host := sharedMapping(t, size)
 	unpin, err := m.PinHost(host)
 	if err != nil {
 		t.Fatal(err)
@@ -370,11 +366,7 @@ func BenchmarkPinHost(b *testing.B) {
 	}
 	defer m.Close()
 	const size = 64 << 20
-	host, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer unix.Munmap(host)
+	host := sharedMapping(b, size)
 	b.SetBytes(size)
 	for b.Loop() {
 		unpin, err := m.PinHost(host)
@@ -385,4 +377,16 @@ func BenchmarkPinHost(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// sharedMapping maps size bytes of shared anonymous memory (as a peer's memfd mapping is),
+// unmapped when the test ends.
+func sharedMapping(tb testing.TB, size int) []byte {
+	tb.Helper()
+	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = unix.Munmap(b) })
+	return b
 }
