@@ -78,11 +78,15 @@ func TestModesWithGPUSource(t *testing.T) {
 }
 
 func runCase(ctx context.Context, t *testing.T, cfg Config) {
-	t.Run(cfg.Transport.String()+"-"+cfg.Op+"-"+cfg.Mode+"-"+cfg.Mem.String()+"-"+cfg.BufferMem.String(), func(t *testing.T) {
+	name := cfg.Transport.String() + "-" + cfg.Op + "-" + cfg.Mode + "-" + cfg.Mem.String() + "-" + cfg.BufferMem.String()
+	if cfg.UCXAlloc {
+		name += "-ucxalloc"
+	}
+	t.Run(name, func(t *testing.T) {
 		ready := make(chan [2]any, 1)
 		done := make(chan error, 1)
 		go func() {
-			done <- Serve(ctx, ServerConfig{BindIP: "127.0.0.1", BufferSize: 3 << 20, Transport: cfg.Transport},
+			done <- Serve(ctx, ServerConfig{BindIP: "127.0.0.1", BufferSize: 3 << 20, Transport: cfg.Transport, UCXAlloc: cfg.UCXAlloc},
 				func(addr string, cp int) { ready <- [2]any{addr, cp} })
 		}()
 		r := <-ready

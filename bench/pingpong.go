@@ -39,13 +39,21 @@ func (a arrivals) notify(_, _ uint64) {
 
 // await returns when b holds want. With notified (the peer's puts reach us through a transport
 // that calls OnRemoteWrite) it sleeps until signalled; the check after each wake-up makes a
-// stale signal harmless. Otherwise (shared memory: the peer writes our memory directly) it spins
-// on the memory, yielding, and sleeps a little now and then so the runtime can poll the network.
-func (a arrivals) await(ctx context.Context, b []byte, want uint64, notified bool) error {
+// stale signal harmless. Otherwise (shared memory, UCX: the peer writes our memory one-sidedly)
+// it spins on the memory, progressing the Communicator (UCX over tcp needs it) and yielding, and
+// sleeps a little now and then so the runtime can poll the network. Either way it checks alive every 100 ms, so a peer that died ends the wait with an
+// error instead of a hang.
+func (a arrivals) await(ctx context.Context, c *comm.Communicator, b []byte, want uint64, notified bool, alive func() error) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
 	for i := 0; seqAt(b) != want; i++ {
 		if notified {
 			select {
 			case <-a:
+			case <-tick.C:
+				if err := alive(); err != nil {
+					return err
+				}
 			case <-ctx.Done():
 				return status.FromContext(ctx)
 			}
@@ -55,12 +63,34 @@ func (a arrivals) await(ctx context.Context, b []byte, want uint64, notified boo
 			if err := status.FromContext(ctx); err != nil {
 				return err
 			}
+			select {
+			case <-tick.C:
+				if err := alive(); err != nil {
+					return err
+				}
+			default:
+			}
 			time.Sleep(time.Microsecond)
 		}
+		c.Progress() // UCX over tcp: the peer's put lands when we progress
 		runtime.Gosched()
 	}
 	return nil
 }
+
+// peerAlive returns a check that rank's control link is up.
+func peerAlive(c *comm.Communicator, rank uint32) func() error {
+	return func() error {
+		if !c.Ctrl().HasPeer(rank) {
+			return fmt.Errorf("ping-pong: rank %d's control link is gone: %w", rank, status.ErrPeerClosed)
+		}
+		return nil
+	}
+}
+
+// notifies says whether a put over ct reaches the target through code that calls
+// OnRemoteWrite: TCP's server. SHM and UCX (RDMA) write the target's memory one-sidedly.
+func notifies(ct transport.ConnType) bool { return ct == transport.TCP }
 
 // Each side watches offset 0 of its own buffer, which only the peer writes, and stages its
 // outgoing counter at stageOff.
@@ -83,7 +113,7 @@ func pong(ctx context.Context, c *comm.Communicator, arr arrivals, ip string, po
 	size := uint64(8)
 	var prev uint64
 	for seq := uint64(1); seq <= n; seq++ {
-		if err := arr.await(ctx, region, seq, notified); err != nil {
+		if err := arr.await(ctx, c, region, seq, notified, peerAlive(c, clientRank)); err != nil {
 			return err
 		}
 		id, err := bounce(ctx, c, ip, port, size, seq, ct)
@@ -110,7 +140,11 @@ func (r *runner) pingpong(uint64) (Result, error) {
 		iters = 10000
 	}
 	total := uint64(iters + cfg.Warmup)
-	myPort := portOf(c.DataAddr(transport.AUTO)) // our TCP port names our server for every transport
+	named := transport.AUTO // our TCP port names our server for TCP, SHM and AUTO; UCX and RDMA have their own
+	if cfg.Transport == transport.UCX || cfg.Transport == transport.RDMA {
+		named = cfg.Transport
+	}
+	myPort := portOf(c.DataAddr(named))
 	// Start from zero on both sides, then let the server enter its loop.
 	clear(r.buf.Bytes()[:16])
 	if err := c.Put(ctx, cfg.PeerIP, cfg.DataPort, 0, 0, 16, cfg.Transport); err != nil {
@@ -124,7 +158,7 @@ func (r *runner) pingpong(uint64) (Result, error) {
 		return Result{}, err
 	}
 	// Our puts reach the server over route; its answers reach us over the same kind.
-	notified := route != transport.SHM
+	notified := notifies(route)
 	if err := c.Ctrl().SendStruct(ctx, serverRank, command{Len: total, Port: uint32(myPort), Mem: uint32(route)}); err != nil {
 		return Result{}, err
 	}
@@ -137,7 +171,7 @@ func (r *runner) pingpong(uint64) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		if err := r.arr.await(ctx, region, seq, notified); err != nil {
+		if err := r.arr.await(ctx, c, region, seq, notified, peerAlive(c, serverRank)); err != nil {
 			return Result{}, err
 		}
 		if seq > uint64(cfg.Warmup) {

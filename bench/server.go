@@ -7,7 +7,6 @@ import (
 	"hash/crc32"
 	"time"
 
-	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/comm"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
@@ -43,12 +42,13 @@ type ServerConfig struct {
 	BufferSize uint64
 	Transport  transport.ConnType
 	BusyPoll   time.Duration // spin on reads before parking (tcp.Config.BusyPoll)
+	UCXAlloc   bool          // with Transport UCX, UCX allocates the buffer (see Config.UCXAlloc)
 }
 
 // Serve runs a benchmark server until the client says exit, the client goes away, or ctx ends.
 // ready is called with the data address and control port once both listen.
 func Serve(ctx context.Context, cfg ServerConfig, ready func(dataAddr string, ctrlPort int)) error {
-	buf, err := buffer.New(0, cfg.BufferSize, memory.CPU)
+	buf, err := newBuffer(cfg.BufferSize, memory.CPU, cfg.UCXAlloc && cfg.Transport == transport.UCX)
 	if err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ func Serve(ctx context.Context, cfg ServerConfig, ready func(dataAddr string, ct
 			if a := c.Ctrl().PeerAddr(clientRank); a != nil {
 				ip = hostOf(a.String())
 			}
-			if err := pong(ctx, c, arr, ip, int(cmd.Port), cmd.Len, cfg.Transport, transport.ConnType(cmd.Mem) != transport.SHM); err != nil {
+			if err := pong(ctx, c, arr, ip, int(cmd.Port), cmd.Len, cfg.Transport, notifies(transport.ConnType(cmd.Mem))); err != nil {
 				return fmt.Errorf("bench server: ping-pong: %w", err)
 			}
 		default:

@@ -37,6 +37,26 @@ func New(deviceID int, size uint64, t memory.Type) (*ConnBuffer, error) {
 	return &ConnBuffer{mem: mem, buf: buf, size: size}, nil
 }
 
+// Adopt makes host memory that another library allocated a ConnBuffer (see memory.Adopt):
+// ucx.NewHostBuffer uses it for memory UCX allocated, which its shared-memory transports can
+// write into directly. The buffer has no memfd (FD -1), so the SHM transport cannot serve it
+// (AUTO falls back to TCP). Close calls release once; b must stay valid until then.
+func Adopt(b []byte, release func() error) (*ConnBuffer, error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("conn buffer: size 0: %w", status.ErrInvalidConfig)
+	}
+	mem, err := memory.New(0, memory.CPU)
+	if err != nil {
+		return nil, fmt.Errorf("conn buffer: %w", err)
+	}
+	buf, err := mem.Adopt(b, release)
+	if err != nil {
+		_ = mem.Close() // nothing was adopted; the Adopt error is the one to report
+		return nil, fmt.Errorf("conn buffer: %w", err)
+	}
+	return &ConnBuffer{mem: mem, buf: buf, size: uint64(len(b))}, nil
+}
+
 // Size returns the buffer's size in bytes.
 func (c *ConnBuffer) Size() uint64 { return c.size }
 

@@ -78,9 +78,11 @@ type Communicator struct {
 	ctrl    *ctrl.Manager
 	trans   map[transport.ConnType]transport.Transport
 	missing map[transport.ConnType]error // why UCX / RDMA are not in trans
-	log     *slog.Logger
-	opIDs   atomic.Uint64
-	stream  sync.Mutex // one SendDataTo at a time per Communicator keeps stream messages apart
+	// progressers are the transports of trans that need progress from a poller (Progress).
+	progressers []transport.Progresser
+	log         *slog.Logger
+	opIDs       atomic.Uint64
+	stream      sync.Mutex // one SendDataTo at a time per Communicator keeps stream messages apart
 
 	devMu sync.Mutex
 	devs  map[devKey]*devStage // devices opened by streams, with the ring locked for each; guarded by devMu
@@ -148,17 +150,24 @@ func New(buf *buffer.ConnBuffer, cfg Config) (*Communicator, error) {
 	} else {
 		missing[transport.RDMA] = fmt.Errorf("%w: RDMA goes through UCX, which this binary was built without (go build -tags ucx)", status.ErrUnsupported)
 	}
+	var progressers []transport.Progresser
+	for _, t := range trans {
+		if p, ok := t.(transport.Progresser); ok {
+			progressers = append(progressers, p)
+		}
+	}
 	return &Communicator{
-		buf:      buf,
-		cfg:      cfg,
-		ctrl:     m,
-		trans:    trans,
-		missing:  missing,
-		log:      cfg.Logger,
-		servers:  make(map[transport.ConnType]transport.Server),
-		eps:      make(map[peerKey]*peerEP),
-		accepted: make(map[peerKey]accepted),
-		ops:      make(map[uint64]*transport.Op),
+		progressers: progressers,
+		buf:         buf,
+		cfg:         cfg,
+		ctrl:        m,
+		trans:       trans,
+		missing:     missing,
+		log:         cfg.Logger,
+		servers:     make(map[transport.ConnType]transport.Server),
+		eps:         make(map[peerKey]*peerEP),
+		accepted:    make(map[peerKey]accepted),
+		ops:         make(map[uint64]*transport.Op),
 	}, nil
 }
 
@@ -170,21 +179,35 @@ func (c *Communicator) Ctrl() *ctrl.Manager { return c.ctrl }
 
 // kinds returns the transports that ct may use, in order of preference: AUTO prefers shared
 // memory (same-host peers) and falls back to TCP. UCX and RDMA exist in -tags ucx builds
-// (RDMA also needs an RDMA device); otherwise they are ErrUnsupported with the reason.
+// (RDMA also needs an RDMA device); otherwise they are ErrUnsupported with the reason. The
+// slice is shared: callers only read it (it is on every operation's path).
 func (c *Communicator) kinds(ct transport.ConnType) ([]transport.ConnType, error) {
 	switch ct {
 	case transport.AUTO:
-		return []transport.ConnType{transport.SHM, transport.TCP}, nil
-	case transport.TCP, transport.SHM:
-		return []transport.ConnType{ct}, nil
+		return kindsAuto, nil
+	case transport.TCP:
+		return kindsTCP, nil
+	case transport.SHM:
+		return kindsSHM, nil
 	case transport.RDMA, transport.UCX:
 		if err := c.missing[ct]; err != nil {
 			return nil, fmt.Errorf("comm: connection type %v: %w", ct, err)
 		}
-		return []transport.ConnType{ct}, nil
+		if ct == transport.UCX {
+			return kindsUCX, nil
+		}
+		return kindsRDMA, nil
 	}
 	return nil, fmt.Errorf("comm: connection type %d: %w", int(ct), status.ErrInvalidConfig)
 }
+
+var (
+	kindsAuto = []transport.ConnType{transport.SHM, transport.TCP}
+	kindsTCP  = []transport.ConnType{transport.TCP}
+	kindsSHM  = []transport.ConnType{transport.SHM}
+	kindsUCX  = []transport.ConnType{transport.UCX}
+	kindsRDMA = []transport.ConnType{transport.RDMA}
+)
 
 // InitServer starts the control plane listeners (TCP on bindIP:ctrlTCPPort when ctrlTCPPort
 // >= 0, and a Unix socket at ctrlUDSPath when non-empty) and the data servers for ct on
@@ -464,13 +487,13 @@ func (c *Communicator) endpoint(ctx context.Context, ip string, port int, ct tra
 		c.mu.Unlock()
 		return nil, fmt.Errorf("comm: %w", status.ErrClosed)
 	}
-	pe, ok := c.lookupLocked(ip, port, ct)
+	if pe, ok := c.lookupLocked(ip, port, ct); ok {
+		c.mu.Unlock()
+		return pe.ep, nil
+	}
 	acc, known := c.acceptedLocked(ip, port, ct)
 	self := c.selfRank
 	c.mu.Unlock()
-	if ok {
-		return pe.ep, nil
-	}
 	if !known || port == 0 {
 		return nil, fmt.Errorf("comm: no %v connection to %s:%d: %w", ct, ip, port, status.ErrNotFound)
 	}

@@ -73,6 +73,19 @@ func (c *Communicator) postNB(ctx context.Context, put bool, ip string, port int
 // ErrNotFound); an unknown id is ErrNotFound after the known ones were waited for. If ctx ends,
 // the operations not yet complete continue in the background and their results are dropped.
 func (c *Communicator) Wait(ctx context.Context, ids ...uint64) error {
+	if len(ids) == 1 { // a sliding window's step: no allocation
+		c.mu.Lock()
+		op, ok := c.ops[ids[0]]
+		delete(c.ops, ids[0])
+		c.mu.Unlock()
+		if !ok {
+			return fmt.Errorf("comm: wait: unknown operation ids %v: %w", ids, status.ErrNotFound)
+		}
+		if err := op.Wait(ctx); err != nil {
+			return fmt.Errorf("comm: wait: %w", err)
+		}
+		return nil
+	}
 	ops := make([]*transport.Op, 0, len(ids))
 	var missing []uint64
 	c.mu.Lock()
@@ -101,6 +114,16 @@ func (c *Communicator) Wait(ctx context.Context, ids ...uint64) error {
 		return fmt.Errorf("comm: wait: %w", errs[0])
 	}
 	return nil
+}
+
+// Progress drives, once, the transports whose one-sided operations need this process's
+// software to progress (transport.Progresser: UCX over tcp, or emulating RMA). Call it in a loop
+// that polls the buffer for a peer's put, as a UCX program calls ucp_worker_progress; the other
+// transports need nothing and it does nothing for them.
+func (c *Communicator) Progress() {
+	for _, t := range c.progressers {
+		t.Progress()
+	}
 }
 
 // Pending returns the number of operations posted and not yet waited for.

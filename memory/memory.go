@@ -3,6 +3,7 @@ package memory
 import (
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/hmc-go/hmc/status"
 )
@@ -159,6 +160,43 @@ func (m *Memory) Alloc(size uint64) (*Buffer, error) {
 	return b, nil
 }
 
+// Adopt makes host memory that another library allocated (UCX, say: see ucx.NewHostBuffer) a
+// Buffer of this Memory, which must be CPU memory. The Buffer has no memfd (FD -1). Free, or
+// Close, calls release once, which gives the memory back to its allocator; b must stay valid
+// until then.
+func (m *Memory) Adopt(b []byte, release func() error) (*Buffer, error) {
+	if len(b) == 0 || release == nil {
+		return nil, fmt.Errorf("memory: adopt of %d bytes (release set: %t): %w", len(b), release != nil, status.ErrInvalidConfig)
+	}
+	if m.typ != CPU {
+		return nil, fmt.Errorf("memory: adopting host memory as %v memory: %w", m.typ, status.ErrInvalidConfig)
+	}
+	buf := &Buffer{ptr: Ptr(unsafe.Pointer(unsafe.SliceData(b))), size: uint64(len(b)), host: b[:len(b):len(b)], fd: -1,
+		release: release}
+	err := m.using("adopt", func() error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		buf.typ, buf.dev, buf.owner = m.typ, m.dev, m
+		m.live[buf] = struct{}{}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// free gives b back to its allocator: its release for adopted memory, else the backend.
+// Caller holds mu.
+func (m *Memory) free(b *Buffer) error {
+	if b.release != nil {
+		err := b.release()
+		b.host, b.release = nil, nil
+		return err
+	}
+	return m.be.free(b)
+}
+
 // Free releases a buffer allocated by this Memory. Freeing a buffer twice, or one that another
 // Memory allocated, returns an error wrapping status.ErrInvalidConfig and changes nothing.
 func (m *Memory) Free(b *Buffer) error {
@@ -171,7 +209,7 @@ func (m *Memory) Free(b *Buffer) error {
 		return fmt.Errorf("memory: free of a buffer not live in this %v memory: %w", m.typ, status.ErrInvalidConfig)
 	}
 	delete(m.live, b)
-	return m.be.free(b)
+	return m.free(b)
 }
 
 // AllocStaging returns size bytes of host memory for staging copies to and from this Memory's
@@ -261,7 +299,7 @@ func (m *Memory) Close() error {
 	defer m.mu.Unlock()
 	var first error
 	for b := range m.live {
-		if err := m.be.free(b); err != nil && first == nil {
+		if err := m.free(b); err != nil && first == nil {
 			first = err
 		}
 		delete(m.live, b)
@@ -279,9 +317,12 @@ type Buffer struct {
 	host  []byte // the bytes, for host-addressable memory; nil for device memory
 	whole []byte // the whole page-rounded mapping behind host, for munmap
 	fd    int    // the memfd behind host memory, -1 if none
-	typ   Type
-	dev   int
-	owner *Memory
+	// release gives adopted memory back to its allocator (see Adopt); nil for memory this
+	// package allocated.
+	release func() error
+	typ     Type
+	dev     int
+	owner   *Memory
 }
 
 // Ptr returns the buffer's address (host or device).

@@ -11,23 +11,24 @@ import (
 
 // Op is the completion of a non-blocking transfer, possibly made of several parts (chunks on
 // several lanes). It completes when every part has finished; its error is the first part's error.
+// Checking a completed Op costs an atomic load: the channel behind Done is only made for a
+// caller that blocks, so a stream of operations that complete before anyone waits (shared
+// memory) allocates none.
 type Op struct {
-	spin  time.Duration // Wait polls this long before blocking (SetPoll)
-	poll  func()        // called on each poll, if set
-	parts atomic.Int32
-	done  chan struct{}
-	once  sync.Once
-	mu    sync.Mutex
-	err   error // first error; guarded by mu
+	spin   time.Duration // Wait polls this long before blocking (SetPoll)
+	poller Poller        // drives completion while Wait polls, if set
+	parts  atomic.Int32  // parts not finished; the Op is done at 0
+
+	mu     sync.Mutex
+	err    error         // first error; guarded by mu, set before parts reaches 0
+	done   chan struct{} // made by the first blocking caller, closed once done; guarded by mu
+	closed bool          // done was closed (by Done or the last Finish, whichever saw both); guarded by mu
 }
 
 // NewOp returns an Op that completes after parts calls to Finish. parts 0 gives a completed Op.
 func NewOp(parts int) *Op {
-	o := &Op{done: make(chan struct{})}
-	o.parts.Store(int32(parts))
-	if parts <= 0 {
-		close(o.done)
-	}
+	o := &Op{}
+	o.parts.Store(int32(max(parts, 0)))
 	return o
 }
 
@@ -41,55 +42,89 @@ func (o *Op) Finish(err error) {
 		o.mu.Unlock()
 	}
 	if o.parts.Add(-1) == 0 {
-		o.once.Do(func() { close(o.done) })
+		o.mu.Lock()
+		o.closeDone()
+		o.mu.Unlock()
 	}
 }
 
+// closeDone closes the channel, if made and not closed yet. Caller holds mu.
+func (o *Op) closeDone() {
+	if o.done != nil && !o.closed {
+		close(o.done)
+		o.closed = true
+	}
+}
+
+// completed says whether every part has finished.
+func (o *Op) completed() bool { return o.parts.Load() <= 0 }
+
 // Done returns a channel closed when the Op completes.
-func (o *Op) Done() <-chan struct{} { return o.done }
+func (o *Op) Done() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.done == nil {
+		o.done = make(chan struct{})
+		if o.completed() { // the last Finish may have come before the channel
+			o.closeDone()
+		}
+	}
+	return o.done
+}
 
 // Err returns the Op's error once it is done (nil before, or on success).
 func (o *Op) Err() error {
-	select {
-	case <-o.done:
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		return o.err
-	default:
+	if !o.completed() {
 		return nil
 	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.err
 }
 
-// SetPoll makes Wait poll for up to d before it blocks, calling fn (if not nil) on each poll:
-// for transports where the waiter can drive completion itself (UCX progress), so a short
-// operation does not pay a thread wake-up (tens of µs on a VM) on top of a few µs of work. Call
-// it before handing the Op out.
-func (o *Op) SetPoll(d time.Duration, fn func()) { o.spin, o.poll = d, fn }
+// A Poller lets the goroutine waiting for an Op drive its completion itself (UCX progress), so
+// that a short operation does not pay a thread wake-up (tens of µs on a VM) on top of a few µs
+// of work. Wait calls Begin before its first Poll and End after its last.
+type Poller interface {
+	Begin()
+	Poll()
+	End()
+}
+
+// SetPoll makes Wait poll for up to d before it blocks, driving p (if not nil) on each poll.
+// Call it before handing the Op out.
+func (o *Op) SetPoll(d time.Duration, p Poller) { o.spin, o.poller = d, p }
 
 // Wait blocks until the Op completes or ctx ends, and returns the Op's error or the context's
 // (wrapped with status.ErrTimeout or status.ErrCanceled).
 func (o *Op) Wait(ctx context.Context) error {
-	select {
-	case <-o.done:
+	if o.completed() {
 		return o.Err()
-	default:
 	}
-	if o.spin > 0 {
-		for until := time.Now().Add(o.spin); time.Now().Before(until); {
-			select {
-			case <-o.done:
-				return o.Err()
-			default:
-			}
-			if o.poll != nil {
-				o.poll()
-			}
-		}
+	if o.spin > 0 && o.poll() {
+		return o.Err()
 	}
 	select {
-	case <-o.done:
+	case <-o.Done():
 		return o.Err()
 	case <-ctx.Done():
 		return status.FromContext(ctx)
 	}
+}
+
+// poll polls for up to o.spin and reports whether the Op completed meanwhile.
+func (o *Op) poll() bool {
+	if o.poller != nil {
+		o.poller.Begin()
+		defer o.poller.End()
+	}
+	for until := time.Now().Add(o.spin); time.Now().Before(until); {
+		if o.poller != nil {
+			o.poller.Poll()
+		}
+		if o.completed() {
+			return true
+		}
+	}
+	return false
 }

@@ -96,6 +96,15 @@ type Transport interface {
 	Dial(ctx context.Context, cfg DialConfig) (Endpoint, error)
 }
 
+// Progresser is implemented by transports whose one-sided operations need the target's
+// software to progress (UCX over tcp, or emulating RMA over shared memory). A process polling
+// its own memory for a peer's put calls Progress in the loop, as a UCX program calls
+// ucp_worker_progress; a background goroutine progresses otherwise, but it stands aside while
+// someone polls and may come back up to a millisecond late.
+type Progresser interface {
+	Progress()
+}
+
 // Server is the target side: it serves requests against its region without the application's
 // involvement.
 type Server interface {

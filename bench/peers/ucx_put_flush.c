@@ -2,12 +2,14 @@
  * measures beside ucx_perftest. ucx_perftest's ucp_put_bw counts a put done when it completes
  * locally and flushes once at the end, on buffers UCX allocated; an HMC put is done when its
  * bytes are visible at the target, on memory the application allocated. This program does the
- * latter with plain UCP calls: the target's buffer is ordinary memory registered with
- * ucp_mem_map (no ALLOCATE), and a sliding window of puts, each followed by ucp_ep_flush_nbx,
- * counts a put done when its flush completes.
+ * latter with plain UCP calls: a sliding window of puts, each followed by ucp_ep_flush_nbx,
+ * counts a put done when its flush completes. The buffers are ordinary memory registered with
+ * ucp_mem_map, as HMC's memfd buffers are (hmc bench --ucx-alloc=false), or with -a memory UCX
+ * allocated (ucp_mem_map ALLOCATE), as ucx_perftest's and hmc bench's default --ucx-alloc are:
+ * UCX's shared-memory transports map the latter into the initiator, which then copies into it.
  *
- *   target:    ucx_put_flush -p PORT -s SIZE
- *   initiator: ucx_put_flush 127.0.0.1 -p PORT -s SIZE -n ITERS [-w WINDOW]   prints GB/s
+ *   target:    ucx_put_flush -p PORT -s SIZE [-a]
+ *   initiator: ucx_put_flush 127.0.0.1 -p PORT -s SIZE -n ITERS [-w WINDOW] [-a]   prints GB/s
  *
  * Build: cc -O2 -o ucx_put_flush bench/peers/ucx_put_flush.c $(pkg-config --cflags --libs ucx)
  */
@@ -54,7 +56,7 @@ static void wait_req(ucp_worker_h w, void *r) {
 
 int main(int argc, char **argv) {
 	const char *host = NULL;
-	int port = 13600, window = 16;
+	int port = 13600, window = 16, ualloc = 0;
 	size_t size = 65536;
 	long iters = 1000, warm = 50;
 	for (int i = 1; i < argc; i++) {
@@ -62,8 +64,9 @@ int main(int argc, char **argv) {
 		else if (!strcmp(argv[i], "-s") && i + 1 < argc) size = strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "-n") && i + 1 < argc) iters = atol(argv[++i]);
 		else if (!strcmp(argv[i], "-w") && i + 1 < argc) window = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "-a")) ualloc = 1;
 		else if (argv[i][0] != '-') host = argv[i];
-		else { fprintf(stderr, "usage: %s [host] -p port -s size [-n iters] [-w window]\n", argv[0]); return 2; }
+		else { fprintf(stderr, "usage: %s [host] -p port -s size [-n iters] [-w window] [-a]\n", argv[0]); return 2; }
 	}
 	if (window < 1 || window > 1024 || size == 0) { fprintf(stderr, "bad window or size\n"); return 2; }
 
@@ -77,13 +80,22 @@ int main(int argc, char **argv) {
 	ucp_worker_h w;
 	CHECK(ucp_worker_create(ctx, &wp, &w), "worker");
 
-	void *buf;
-	if (posix_memalign(&buf, 4096, size)) { perror("alloc"); return 1; }
-	memset(buf, 1, size);
-	ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
-				   .address = buf, .length = size};
+	void *buf = NULL;
 	ucp_mem_h mem;
-	CHECK(ucp_mem_map(ctx, &mp, &mem), "mem_map");
+	if (ualloc) {
+		ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+					   .length = size, .flags = UCP_MEM_MAP_ALLOCATE};
+		CHECK(ucp_mem_map(ctx, &mp, &mem), "mem_map");
+		ucp_mem_attr_t ma = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS};
+		CHECK(ucp_mem_query(mem, &ma), "mem_query");
+		buf = ma.address;
+	} else {
+		if (posix_memalign(&buf, 4096, size)) { perror("alloc"); return 1; }
+		ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+					   .address = buf, .length = size};
+		CHECK(ucp_mem_map(ctx, &mp, &mem), "mem_map");
+	}
+	memset(buf, 1, size);
 
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	inet_pton(AF_INET, host ? host : "127.0.0.1", &sa.sin_addr);
@@ -158,6 +170,6 @@ int main(int argc, char **argv) {
 	ucp_mem_unmap(ctx, mem);
 	ucp_worker_destroy(w);
 	ucp_cleanup(ctx);
-	free(buf);
+	if (!ualloc) free(buf); /* UCX's own went with ucp_mem_unmap */
 	return 0;
 }

@@ -26,7 +26,7 @@ type benchFlags struct {
 	transport, op, sizes, mem, bufMem, mode, plot, chunk string
 	iters, warmup, lanes, window                         int
 	duration, busyPoll                                   time.Duration
-	verify, jsonOut, quiet                               bool
+	verify, jsonOut, quiet, ucxAlloc                     bool
 	serverIP                                             string
 	dataPort, ctrlPort                                   int
 }
@@ -44,6 +44,7 @@ func (f *benchFlags) add(cmd *cobra.Command) {
 	fl.IntVar(&f.window, "window", 1, "transfers in flight for put/get (1: blocking)")
 	fl.StringVar(&f.mem, "mem", "cpu", "where the source data lives: cpu|cuda|rocm")
 	fl.StringVar(&f.bufMem, "buffer-mem", "cpu", "where the client's ConnBuffer lives: cpu|cuda|rocm (a device buffer: plain put/get, moved or staged by the transport)")
+	fl.BoolVar(&f.ucxAlloc, "ucx-alloc", true, "with --transport ucx, UCX allocates both ConnBuffers (ucp_mem_map ALLOCATE), as ucx_perftest does, so its shared-memory transports write straight into the target's; false: HMC's memfd buffers, registered")
 	fl.StringVar(&f.mode, "mode", "", "uhm_app mode: uhm|rdma_cpu|g2h2g|serial (default: plain buffer-to-buffer op)")
 	fl.BoolVar(&f.verify, "verify", false, "checksum every transfer at the target (untimed)")
 	fl.BoolVar(&f.jsonOut, "json", false, "one JSON object per line instead of a table")
@@ -83,7 +84,7 @@ func (f *benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
 		}
 	}
 	return bench.Config{Transport: ct, Op: f.op, Mode: f.mode, Sizes: sz, Iters: f.iters, Duration: f.duration,
-		Warmup: f.warmup, Lanes: f.lanes, Chunk: chunk, BusyPoll: f.busyPoll, Window: f.window, Mem: mt, BufferMem: bt, Verify: f.verify}, nil
+		Warmup: f.warmup, Lanes: f.lanes, Chunk: chunk, BusyPoll: f.busyPoll, Window: f.window, Mem: mt, BufferMem: bt, UCXAlloc: f.ucxAlloc, Verify: f.verify}, nil
 }
 
 // clientRunE builds a client command's RunE: parse the flags, let peer point the config at a
@@ -111,7 +112,7 @@ func benchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure transfers: with no role, starts a server child and runs the client against it on 127.0.0.1",
 		RunE: f.clientRunE(func(ctx context.Context, cfg *bench.Config) (func(), error) {
-			srv, err := startServerChild(ctx, f.transport, slices.Max(cfg.Sizes), f.busyPoll)
+			srv, err := startServerChild(ctx, f.transport, slices.Max(cfg.Sizes), f.busyPoll, f.ucxAlloc)
 			if err != nil {
 				return nil, err
 			}
@@ -146,6 +147,7 @@ func serverCmd() *cobra.Command {
 		bind, tr, bufSize  string
 		dataPort, ctrlPort int
 		busyPoll           time.Duration
+		ucxAlloc           bool
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -162,7 +164,7 @@ func serverCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
 			out := cmd.OutOrStdout()
-			return bench.Serve(ctx, bench.ServerConfig{BindIP: bind, DataPort: dataPort, CtrlPort: ctrlPort, BufferSize: size, Transport: ct, BusyPoll: busyPoll},
+			return bench.Serve(ctx, bench.ServerConfig{BindIP: bind, DataPort: dataPort, CtrlPort: ctrlPort, BufferSize: size, Transport: ct, BusyPoll: busyPoll, UCXAlloc: ucxAlloc},
 				func(addr string, cp int) { fmt.Fprintf(out, "READY %s %d\n", addr, cp) })
 		},
 	}
@@ -172,6 +174,7 @@ func serverCmd() *cobra.Command {
 	cmd.Flags().StringVar(&tr, "transport", "auto", "tcp|shm|ucx|rdma|auto")
 	cmd.Flags().StringVar(&bufSize, "buffer", "256MiB", "buffer size (at least the largest transfer)")
 	cmd.Flags().DurationVar(&busyPoll, "busy-poll", 0, "spin on socket reads this long before parking")
+	cmd.Flags().BoolVar(&ucxAlloc, "ucx-alloc", true, "with --transport ucx, UCX allocates the buffer (as the client's --ucx-alloc)")
 	return cmd
 }
 
@@ -182,14 +185,14 @@ type serverChild struct {
 }
 
 // startServerChild runs `hmc bench server` as a child process on free loopback ports.
-func startServerChild(ctx context.Context, tr string, maxSize uint64, busyPoll time.Duration) (*serverChild, error) {
+func startServerChild(ctx context.Context, tr string, maxSize uint64, busyPoll time.Duration, ucxAlloc bool) (*serverChild, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	bufSize := max(maxSize, 1<<20)
 	cmd := exec.CommandContext(ctx, exe, "bench", "server", "--bind", "127.0.0.1", "--data-port", "0", "--ctrl-port", "0",
-		"--transport", tr, "--buffer", strconv.FormatUint(bufSize, 10), "--busy-poll", busyPoll.String())
+		"--transport", tr, "--buffer", strconv.FormatUint(bufSize, 10), "--busy-poll", busyPoll.String(), "--ucx-alloc="+strconv.FormatBool(ucxAlloc))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

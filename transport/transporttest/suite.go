@@ -26,6 +26,23 @@ type Options struct {
 	Lanes int
 	// Addr returns a fresh address for a server to listen on (nil: "127.0.0.1:0").
 	Addr func(t testing.TB) string
+	// Alloc returns a host ConnBuffer of size bytes, closed by t.Cleanup (nil: buffer.New's
+	// memfd-backed CPU memory). A transport with its own allocator (ucx.NewHostBuffer) runs the
+	// suite on both.
+	Alloc func(t testing.TB, size uint64) *buffer.ConnBuffer
+}
+
+func (o Options) buf(t testing.TB, size uint64) *buffer.ConnBuffer {
+	if o.Alloc == nil {
+		return newBuf(t, size)
+	}
+	return o.Alloc(t, size)
+}
+
+// pair is NewPairAt with the options' transport, address, buffers and lanes.
+func (o Options) pair(t testing.TB, targetSize, localSize uint64) *Pair {
+	t.Helper()
+	return NewPairOf(t, o.New(t), o.addr(t), o.buf(t, targetSize), o.buf(t, localSize), o.Lanes)
 }
 
 func (o Options) addr(t testing.TB) string {
@@ -66,7 +83,14 @@ func NewPair(t testing.TB, tr transport.Transport, targetSize, localSize uint64,
 // NewPairAt is NewPair with the server listening on addr.
 func NewPairAt(t testing.TB, tr transport.Transport, addr string, targetSize, localSize uint64, lanes int) *Pair {
 	t.Helper()
-	p := &Pair{Target: newBuf(t, targetSize), Local: newBuf(t, localSize)}
+	return NewPairOf(t, tr, addr, newBuf(t, targetSize), newBuf(t, localSize), lanes)
+}
+
+// NewPairOf serves target on addr and dials it with local; the buffers are the caller's.
+func NewPairOf(t testing.TB, tr transport.Transport, addr string, target, local *buffer.ConnBuffer, lanes int) *Pair {
+	t.Helper()
+	p := &Pair{Target: target, Local: local}
+	targetSize := target.Size()
 	srv, err := tr.Listen(transport.ServerConfig{BindAddr: addr, Region: p.Target, Rank: 0})
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +143,7 @@ func testSizes(t *testing.T, o Options) {
 	lanes := uint64(max(o.Lanes, 4))
 	sizes := []uint64{0, 1, 7, 4097, c - 1, c, c + 1, lanes*c + 3}
 	maxSize := sizes[len(sizes)-1]
-	p := NewPairAt(t, o.New(t), o.addr(t), 2*maxSize+64, 2*maxSize+64, o.Lanes)
+	p := o.pair(t, 2*maxSize+64, 2*maxSize+64)
 	ctx := ctx10(t)
 	for i, n := range sizes {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
@@ -160,7 +184,7 @@ func byteAt(b *buffer.ConnBuffer, off uint64, delta int) byte {
 
 func testOutOfRange(t *testing.T, o Options) {
 	const size = 1 << 16
-	p := NewPairAt(t, o.New(t), o.addr(t), size, 2*size, o.Lanes)
+	p := o.pair(t, size, 2*size)
 	ctx := ctx10(t)
 	Fill(p.Target.Bytes(), 99)
 	before := bytes.Clone(p.Target.Bytes())
@@ -201,7 +225,7 @@ func testOutOfRange(t *testing.T, o Options) {
 
 func testConcurrent(t *testing.T, o Options) {
 	const workers, slot = 8, 300_000
-	p := NewPairAt(t, o.New(t), o.addr(t), workers*slot, workers*slot, o.Lanes)
+	p := o.pair(t, workers*slot, workers*slot)
 	ctx := ctx10(t)
 	Fill(p.Local.Bytes(), 3)
 	var wg sync.WaitGroup
@@ -226,7 +250,7 @@ func testConcurrent(t *testing.T, o Options) {
 
 func testAsyncOrder(t *testing.T, o Options) {
 	const n, size = 32, 100_003
-	p := NewPairAt(t, o.New(t), o.addr(t), n*size, n*size, o.Lanes)
+	p := o.pair(t, n*size, n*size)
 	ctx := ctx10(t)
 	Fill(p.Local.Bytes(), 11)
 	ops := make([]*transport.Op, n)
@@ -266,7 +290,7 @@ func testAsyncOrder(t *testing.T, o Options) {
 
 func testCancel(t *testing.T, o Options) {
 	const size = 32 << 20
-	p := NewPairAt(t, o.New(t), o.addr(t), size, size, o.Lanes)
+	p := o.pair(t, size, size)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	err := transport.Put(ctx, p.EP, 0, 0, size)
@@ -291,7 +315,7 @@ func testCancel(t *testing.T, o Options) {
 
 func testCloseInFlight(t *testing.T, o Options) {
 	const size = 64 << 20
-	p := NewPairAt(t, o.New(t), o.addr(t), size, size, o.Lanes)
+	p := o.pair(t, size, size)
 	ctx := ctx10(t)
 	var ops []*transport.Op
 	for range 4 {
@@ -317,7 +341,7 @@ func testCloseInFlight(t *testing.T, o Options) {
 
 func testTargetGone(t *testing.T, o Options) {
 	const size = 64 << 20
-	p := NewPairAt(t, o.New(t), o.addr(t), size, size, o.Lanes)
+	p := o.pair(t, size, size)
 	ctx := ctx10(t)
 	op, err := p.EP.PutAsync(ctx, 0, 0, size)
 	if err != nil {
@@ -358,12 +382,12 @@ func testAcceptedFirst(t *testing.T, o Options) {
 	tr := o.New(t)
 	for i := range 20 {
 		var accepted atomic.Bool
-		srv, err := tr.Listen(transport.ServerConfig{BindAddr: o.addr(t), Region: newBuf(t, 4096),
+		srv, err := tr.Listen(transport.ServerConfig{BindAddr: o.addr(t), Region: o.buf(t, 4096),
 			OnAccept: func(transport.PeerInfo) { accepted.Store(true) }})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ep, err := tr.Dial(ctx10(t), transport.DialConfig{Addr: srv.Addr(), Local: newBuf(t, 4096), Rank: 1, ListenPort: 1234, Lanes: o.Lanes})
+		ep, err := tr.Dial(ctx10(t), transport.DialConfig{Addr: srv.Addr(), Local: o.buf(t, 4096), Rank: 1, ListenPort: 1234, Lanes: o.Lanes})
 		if err != nil {
 			t.Fatal(err)
 		}

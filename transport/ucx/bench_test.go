@@ -6,11 +6,12 @@ import (
 	"context"
 	"testing"
 
+	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/transport"
 	"github.com/hmc-go/hmc/transport/transporttest"
 )
 
-// go test -tags ucx -bench Put ./transport/ucx  (UCX_TLS picks the transports; default posix,cma,self here)
+// go test -tags ucx -bench . ./transport/ucx  (both sides in this process; UCX_NET_DEVICES=lo)
 func BenchmarkPut(b *testing.B) { benchOp(b, transport.Put) }
 
 func BenchmarkGet(b *testing.B) { benchOp(b, transport.Get) }
@@ -32,6 +33,54 @@ func benchOp(b *testing.B, op func(context.Context, transport.Endpoint, uint64, 
 					}
 				}
 			})
+		}
+	}
+}
+
+// BenchmarkPutWindow streams puts with 16 in flight (hmc bench --window 16), on HMC's memfd
+// buffers and on buffers UCX allocated.
+func BenchmarkPutWindow(b *testing.B) {
+	const window = 16
+	for _, tls := range []string{"posix,cma,self", "tcp"} {
+		for _, alloc := range []string{"memfd", "ucx"} {
+			for _, n := range []uint64{64 << 10, 1 << 20} {
+				b.Run(tls+"/"+alloc+"/"+transporttest.SizeName(n), func(b *testing.B) {
+					cfg := Config{TLS: tls}
+					tr, err := New(cfg)
+					if err != nil {
+						b.Fatal(err)
+					}
+					newBuf := transporttest.HostBuf
+					if alloc == "ucx" {
+						newBuf = func(t testing.TB, size uint64) *buffer.ConnBuffer { return hostBuf(t, size, cfg) }
+					}
+					p := transporttest.NewPairOf(b, tr, "127.0.0.1:0", newBuf(b, n), newBuf(b, n), 0)
+					ctx := context.Background()
+					b.SetBytes(int64(n))
+					var ring [window]*transport.Op
+					i := 0
+					for b.Loop() {
+						if op := ring[i%window]; op != nil {
+							if err := op.Wait(ctx); err != nil {
+								b.Fatal(err)
+							}
+						}
+						op, err := p.EP.PutAsync(ctx, 0, 0, n)
+						if err != nil {
+							b.Fatal(err)
+						}
+						ring[i%window] = op
+						i++
+					}
+					for _, op := range ring {
+						if op != nil {
+							if err := op.Wait(ctx); err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+				})
+			}
 		}
 	}
 }

@@ -5,6 +5,7 @@ package ucx
 import (
 	"fmt"
 
+	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
@@ -31,3 +32,6 @@ type Resource struct{ Component, MD, Transport, Device string }
 
 // Resources returns ErrUnsupported (no UCX in this build).
 func Resources() ([]Resource, error) { return nil, errNotBuilt }
+
+// NewHostBuffer returns ErrUnsupported (no UCX in this build).
+func NewHostBuffer(uint64, Config) (*buffer.ConnBuffer, error) { return nil, errNotBuilt }

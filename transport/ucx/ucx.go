@@ -9,23 +9,6 @@ package ucx
 #include <ucp/api/ucp.h>
 #include <uct/api/uct.h>
 
-static ucs_status_t hmc_ucp_init(const char *tls, ucp_context_h *ctx) {
-	ucp_config_t *cfg;
-	ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
-	if (st != UCS_OK) return st;
-	if (tls != NULL && tls[0] != 0) {
-		st = ucp_config_modify(cfg, "TLS", tls);
-		if (st != UCS_OK) { ucp_config_release(cfg); return st; }
-	}
-	ucp_params_t p;
-	memset(&p, 0, sizeof p);
-	p.field_mask = UCP_PARAM_FIELD_FEATURES;
-	p.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
-	st = ucp_init(&p, cfg, ctx);
-	ucp_config_release(cfg);
-	return st;
-}
-
 static ucs_status_t hmc_worker_create(ucp_context_h ctx, ucp_worker_h *w) {
 	ucp_worker_params_t p;
 	memset(&p, 0, sizeof p);
@@ -60,18 +43,26 @@ static ucs_status_t hmc_ep_create(ucp_worker_h w, const void *addr, int *errflag
 }
 
 // Requests: NULL = done at once; an error pointer becomes *st; else the request to poll.
-static void *hmc_put(ucp_ep_h ep, void *buf, size_t n, uint64_t raddr, ucp_rkey_h rkey, ucs_status_t *st) {
+// The local buffer's registration (memh) goes with each operation: UCX then registers nothing
+// per request, and a request purged by a forced close deregisters nothing (UCX 1.13 crashes
+// deregistering, in ucp_mem_rereg_mds, the on-demand registration of a zero-copy put purged
+// from a closing tcp endpoint).
+static void *hmc_put(ucp_ep_h ep, void *buf, size_t n, uint64_t raddr, ucp_rkey_h rkey, ucp_mem_h memh, ucs_status_t *st) {
 	ucp_request_param_t p;
 	memset(&p, 0, sizeof p);
+	p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+	p.memh = memh;
 	ucs_status_ptr_t r = ucp_put_nbx(ep, buf, n, raddr, rkey, &p);
 	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
 	*st = UCS_OK;
 	return r;
 }
 
-static void *hmc_get(ucp_ep_h ep, void *buf, size_t n, uint64_t raddr, ucp_rkey_h rkey, ucs_status_t *st) {
+static void *hmc_get(ucp_ep_h ep, void *buf, size_t n, uint64_t raddr, ucp_rkey_h rkey, ucp_mem_h memh, ucs_status_t *st) {
 	ucp_request_param_t p;
 	memset(&p, 0, sizeof p);
+	p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+	p.memh = memh;
 	ucs_status_ptr_t r = ucp_get_nbx(ep, buf, n, raddr, rkey, &p);
 	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
 	*st = UCS_OK;
@@ -98,6 +89,40 @@ static void *hmc_ep_close(ucp_ep_h ep, int force) {
 }
 
 static ucs_status_t hmc_req_status(void *r) { return ucp_request_check_status(r); }
+
+// Progresses w until it has been idle for 100 rounds in a row (100000 rounds at most), so that
+// what UCX releases from its progress (requests of force-closed endpoints) is released before
+// the worker is destroyed.
+static void hmc_drain(ucp_worker_h w) {
+	for (int i = 0, idle = 0; i < 100000 && idle < 100; i++) idle = ucp_worker_progress(w) ? 0 : idle + 1;
+}
+
+// What hmc_post_put started: requests and statuses as hmc_put's.
+typedef struct { void *preq, *freq; ucs_status_t pst, fst; } hmc_posted;
+
+// A put and, if flush, a flush of its endpoint, then one round of progress: one call per put
+// on the data path. r is the worker's (C memory, so the call needs no pointer checks).
+static void hmc_post_put(ucp_worker_h w, ucp_ep_h ep, uintptr_t buf, size_t n, uint64_t raddr, ucp_rkey_h rkey,
+                         ucp_mem_h memh, int flush, hmc_posted *r) {
+	r->preq = hmc_put(ep, (void *)buf, n, raddr, rkey, memh, &r->pst);
+	r->freq = NULL;
+	r->fst = UCS_OK;
+	if (flush && r->pst == UCS_OK) r->freq = hmc_flush(ep, &r->fst);
+	ucp_worker_progress(w);
+}
+
+// Progresses w until it has nothing more to do (64 rounds at most), then writes the status of
+// each of the n requests reqs[i] into st[i] and frees those that completed. Returns whether
+// anything progressed.
+static int hmc_poll(ucp_worker_h w, const uintptr_t *reqs, ucs_status_t *st, int n) {
+	int active = 0;
+	for (int i = 0; i < 64 && ucp_worker_progress(w) != 0; i++) active = 1;
+	for (int i = 0; i < n; i++) {
+		st[i] = ucp_request_check_status((void *)reqs[i]);
+		if (st[i] != UCS_INPROGRESS) ucp_request_free((void *)reqs[i]);
+	}
+	return active;
+}
 
 // Resources: every (component, md, transport, device), as "c\tmd\ttl\tdev\n" lines.
 static char *hmc_resources(ucs_status_t *st) {
@@ -151,6 +176,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -257,8 +283,19 @@ type Transport struct {
 	cfg Config
 
 	mu   sync.Mutex
-	w    *worker // guarded by mu
-	refs int     // servers and endpoints using w; guarded by mu
+	w    *worker                // guarded by mu
+	refs int                    // servers and endpoints using w; guarded by mu
+	live atomic.Pointer[worker] // w, for Progress without mu
+}
+
+// Progress drives the worker once from the calling goroutine (transport.Progresser): a process
+// polling its buffer for a peer's put over tcp calls it in its loop, and the background loop
+// stands aside meanwhile.
+func (t *Transport) Progress() {
+	if w := t.live.Load(); w != nil {
+		w.lastPoll.Store(time.Now().UnixNano())
+		w.Poll()
+	}
 }
 
 // Type returns transport.UCX (or RDMA for NewRDMA's).
@@ -279,6 +316,7 @@ func (t *Transport) acquire() (*worker, error) {
 			return nil, err
 		}
 		t.w = w
+		t.live.Store(w)
 	}
 	t.refs++
 	return t.w, nil
@@ -290,6 +328,7 @@ func (t *Transport) release() {
 	var w *worker
 	if t.refs == 0 {
 		w, t.w = t.w, nil
+		t.live.Store(nil)
 	}
 	t.mu.Unlock()
 	if w != nil {
@@ -320,30 +359,36 @@ func ucsErr(what string, st C.ucs_status_t) error {
 // and sleeps on the worker's event fd when idle.
 type worker struct {
 	cfg  Config
+	uctx *ucpContext // shared; ctx is its context
 	ctx  C.ucp_context_h
 	w    C.ucp_worker_h
 	efd  int
 	addr []byte // this worker's address
 
-	pmu        sync.Mutex
-	pending    []*pend // requests in flight; guarded by pmu
-	sleeping   atomic.Bool
-	stopping   atomic.Bool
-	lastWaiter atomic.Int64 // when a waiter last drove progress (UnixNano)
-	done       chan struct{}
+	pmu      sync.Mutex
+	pending  []*pend          // requests in flight; guarded by pmu
+	reqs     []C.uintptr_t    // their requests, for hmc_poll; guarded by pmu
+	statuses []C.ucs_status_t // hmc_poll's answers; guarded by pmu
+	posted   *C.hmc_posted    // hmc_post_put's answers (C memory); guarded by pmu
+	sleeping atomic.Bool
+	stopping atomic.Bool
+	drivers  atomic.Int32  // waiters polling (driving progress) now
+	lastPoll atomic.Int64  // when Transport.Progress last drove progress (UnixNano)
+	kick     chan struct{} // wakes the loop: the last driver left, or stop (capacity 1)
+	done     chan struct{}
 }
 
 // pend is a UCX request an Op waits for.
 type pend struct {
 	req   unsafe.Pointer
-	op    *transport.Op
+	op    *transport.Op // the Op a part of which completes with req (for a flush: the put it followed)
 	what  string
 	flush *endpoint       // a flush of this endpoint: on completion, ops finish and the next batch flushes
-	ops   []*transport.Op // the puts this flush makes visible
+	ops   []*transport.Op // a flush's batch: earlier puts it also makes visible
 }
 
 func startWorker(cfg Config) (*worker, error) {
-	w := &worker{cfg: cfg, done: make(chan struct{})}
+	w := &worker{cfg: cfg, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	if err := w.init(); err != nil {
 		return nil, err
 	}
@@ -352,22 +397,19 @@ func startWorker(cfg Config) (*worker, error) {
 }
 
 func (w *worker) init() error {
-	var tls *C.char
-	if w.cfg.TLS != "" {
-		tls = C.CString(w.cfg.TLS)
-		defer C.free(unsafe.Pointer(tls))
+	uctx, err := openContext(w.cfg)
+	if err != nil {
+		return err
 	}
-	if st := C.hmc_ucp_init(tls, &w.ctx); st != C.UCS_OK {
-		return ucsErr("init (UCX_TLS="+w.cfg.TLS+")", st)
-	}
+	w.uctx, w.ctx = uctx, uctx.ctx
 	if st := C.hmc_worker_create(w.ctx, &w.w); st != C.UCS_OK {
-		C.ucp_cleanup(w.ctx)
+		uctx.release()
 		return ucsErr("worker create", st)
 	}
 	var fd C.int
 	if st := C.ucp_worker_get_efd(w.w, &fd); st != C.UCS_OK {
 		C.ucp_worker_destroy(w.w)
-		C.ucp_cleanup(w.ctx)
+		uctx.release()
 		return ucsErr("worker event fd", st)
 	}
 	w.efd = int(fd)
@@ -375,11 +417,12 @@ func (w *worker) init() error {
 	var alen C.size_t
 	if st := C.ucp_worker_get_address(w.w, &a, &alen); st != C.UCS_OK {
 		C.ucp_worker_destroy(w.w)
-		C.ucp_cleanup(w.ctx)
+		uctx.release()
 		return ucsErr("worker address", st)
 	}
 	w.addr = C.GoBytes(unsafe.Pointer(a), C.int(alen))
 	C.ucp_worker_release_address(w.w, a)
+	w.posted = (*C.hmc_posted)(C.calloc(1, C.size_t(unsafe.Sizeof(C.hmc_posted{}))))
 	return nil
 }
 
@@ -397,12 +440,24 @@ func (w *worker) loop() {
 				break
 			}
 		}
-		if time.Since(time.Unix(0, w.lastWaiter.Load())) < 20*time.Microsecond {
-			// A waiter drives progress: stay off the cores it and the peer need.
-			time.Sleep(50 * time.Microsecond)
+		if w.drivers.Load() > 0 {
+			// Waiters drive progress: stay off the lock they take for every poll and off the
+			// cores they and the peer need until the last one leaves (End kicks us).
+			<-w.kick
 			continue
 		}
-		w.pmu.Lock()
+		if time.Since(time.Unix(0, w.lastPoll.Load())) < pollerActive {
+			// Someone polls through Transport.Progress: the same, but they do not say when
+			// they stop, so check again a little later.
+			time.Sleep(pollerActive)
+			continue
+		}
+		// A poster holding the lock is progressing (hmc_post_put): try again rather than queue
+		// behind it, then make it queue behind us.
+		if !w.pmu.TryLock() {
+			runtime.Gosched()
+			continue
+		}
 		active := w.progress()
 		npend := len(w.pending)
 		w.pmu.Unlock()
@@ -428,34 +483,55 @@ func (w *worker) loop() {
 		lastActive = time.Now()
 	}
 	w.pmu.Lock()
+	C.hmc_drain(w.w)
 	C.ucp_worker_destroy(w.w)
-	C.ucp_cleanup(w.ctx)
+	C.free(unsafe.Pointer(w.posted))
 	w.pmu.Unlock()
+	w.uctx.release()
 }
 
-// progress runs UCX's progress and completes finished requests. Caller holds pmu.
+// pollerActive is how long after a Transport.Progress call the loop leaves progress to its
+// caller (Go rounds a sleep this short up to about a millisecond in an otherwise idle process).
+const pollerActive = 100 * time.Microsecond
+
+// progress runs UCX's progress and completes finished requests, in one call into UCX. It
+// reports whether anything happened. Caller holds pmu.
 func (w *worker) progress() bool {
-	active := false
-	for C.ucp_worker_progress(w.w) != 0 {
-		active = true
+	n := len(w.pending)
+	if cap(w.reqs) < n {
+		w.reqs = make([]C.uintptr_t, n, 2*n)
+		w.statuses = make([]C.ucs_status_t, n, 2*n)
 	}
-	return w.poll() || active
+	reqs, sts := w.reqs[:n], w.statuses[:n]
+	for i, p := range w.pending {
+		reqs[i] = C.uintptr_t(uintptr(p.req))
+	}
+	var rp *C.uintptr_t
+	var sp *C.ucs_status_t
+	if n > 0 {
+		rp, sp = &reqs[0], &sts[0]
+	}
+	active := C.hmc_poll(w.w, rp, sp, C.int(n)) != 0
+	if n == 0 {
+		return active
+	}
+	return w.complete(sts) || active
 }
 
-// poll completes the pending requests that are done. It reports whether any was. Caller holds
-// pmu.
-func (w *worker) poll() bool {
+// complete finishes the pending requests whose status (sts, one per pending request, from
+// hmc_poll, which freed the requests) is final. It reports whether any was. Caller holds pmu.
+func (w *worker) complete(sts []C.ucs_status_t) bool {
 	any := false
 	var done []*endpoint
-	keep := w.pending[:0]
-	for _, p := range w.pending {
-		st := C.hmc_req_status(p.req)
+	pending := w.pending
+	keep := pending[:0]
+	for i, p := range pending {
+		st := sts[i]
 		if st == C.UCS_INPROGRESS {
 			keep = append(keep, p)
 			continue
 		}
-		any = true
-		C.ucp_request_free(p.req)
+		any = true // hmc_poll freed the request
 		var err error
 		if st != C.UCS_OK {
 			err = ucsErr(p.what, st)
@@ -468,7 +544,7 @@ func (w *worker) poll() bool {
 			done = append(done, p.flush)
 		}
 	}
-	clear(w.pending[len(keep):])
+	clear(pending[len(keep):])
 	w.pending = keep
 	for _, e := range done { // flushes completed: flush what was put meanwhile
 		e.flushing--
@@ -477,12 +553,30 @@ func (w *worker) poll() bool {
 	return any
 }
 
-// tryProgress is a waiter's poll step: progress if nobody else is.
-func (w *worker) tryProgress() {
-	w.lastWaiter.Store(time.Now().UnixNano())
+// Begin, Poll and End make the worker the transport.Poller of its Ops: a waiter progresses
+// the worker itself while the loop stands aside.
+func (w *worker) Begin() { w.drivers.Add(1) }
+
+// Poll is a waiter's poll step: progress unless another waiter is.
+func (w *worker) Poll() {
 	if w.pmu.TryLock() {
 		w.progress()
 		w.pmu.Unlock()
+	}
+}
+
+// End hands progress back to the loop when the last waiter leaves.
+func (w *worker) End() {
+	if w.drivers.Add(-1) == 0 {
+		w.wake()
+	}
+}
+
+// wake kicks the loop out of waiting for drivers (never blocks; a kick pending is enough).
+func (w *worker) wake() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -510,16 +604,21 @@ func (w *worker) track(req unsafe.Pointer, op *transport.Op, what string) {
 
 func (w *worker) stop() {
 	w.stopping.Store(true)
+	w.wake()
 	C.ucp_worker_signal(w.w)
 	<-w.done
 }
 
 // wait progresses until req completes, for teardown. Caller holds pmu.
-func (w *worker) wait(req unsafe.Pointer) {
+func (w *worker) wait(req unsafe.Pointer) { w.waitFor(req, 5*time.Second) }
+
+// waitFor progresses until req completes or d passes, then frees req (UCX releases it when it
+// completes, if it has not). Caller holds pmu.
+func (w *worker) waitFor(req unsafe.Pointer, d time.Duration) {
 	if req == nil {
 		return
 	}
-	for deadline := time.Now().Add(5 * time.Second); C.hmc_req_status(req) == C.UCS_INPROGRESS && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(d); C.hmc_req_status(req) == C.UCS_INPROGRESS && time.Now().Before(deadline); {
 		C.ucp_worker_progress(w.w)
 	}
 	C.ucp_request_free(req)
@@ -563,17 +662,31 @@ func (w *worker) memUnmap(memh C.ucp_mem_h) {
 	w.call(func() { C.ucp_mem_unmap(w.ctx, memh) })
 }
 
+// register returns a handle for host memory b: that of the UCX allocation holding it
+// (NewHostBuffer's, in this worker's context), which stays NewHostBuffer's to unmap, else a
+// new registration. unregister undoes what register did.
+func (w *worker) register(b []byte) (memh C.ucp_mem_h, unregister func(), err error) {
+	if memh, ok := w.uctx.allocated(b); ok {
+		return memh, func() {}, nil
+	}
+	if memh, err = w.memMap(b); err != nil {
+		return nil, nil, err
+	}
+	return memh, func() { w.memUnmap(memh) }, nil
+}
+
 type server struct {
-	t      *Transport
-	w      *worker
-	memh   C.ucp_mem_h
-	region []byte
-	rkey   []byte
-	rank   uint32
-	accept func(transport.PeerInfo)
-	l      net.Listener
-	acc    *acceptor.Server[net.Conn]
-	once   sync.Once
+	t          *Transport
+	w          *worker
+	memh       C.ucp_mem_h
+	unregister func() // undoes the registration of region
+	region     []byte
+	rkey       []byte
+	rank       uint32
+	accept     func(transport.PeerInfo)
+	l          net.Listener
+	acc        *acceptor.Server[net.Conn]
+	once       sync.Once
 }
 
 // Listen maps the region and serves the bootstrap socket on cfg.BindAddr (TCP host:port).
@@ -599,7 +712,7 @@ func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error)
 		return nil, err
 	}
 	s := &server{t: t, w: w, region: region, rank: cfg.Rank, accept: cfg.OnAccept, l: l}
-	if s.memh, err = w.memMap(region); err != nil {
+	if s.memh, s.unregister, err = w.register(region); err != nil {
 		_ = l.Close()
 		t.release()
 		return nil, err
@@ -614,7 +727,7 @@ func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error)
 		}
 	})
 	if st != C.UCS_OK {
-		w.memUnmap(s.memh)
+		s.unregister()
 		_ = l.Close()
 		t.release()
 		return nil, ucsErr("rkey pack", st)
@@ -651,7 +764,7 @@ func (s *server) Close() error {
 	var err error
 	s.once.Do(func() {
 		err = s.acc.Close()
-		s.w.memUnmap(s.memh)
+		s.unregister()
 		s.t.release()
 	})
 	return err
@@ -659,25 +772,26 @@ func (s *server) Close() error {
 
 // endpoint is an initiator's connection to one target.
 type endpoint struct {
-	t          *Transport
-	w          *worker
-	ep         C.ucp_ep_h
-	rkey       C.ucp_rkey_h
-	errflag    *C.int             // set by UCX's error callback (C memory)
-	region     *buffer.ConnBuffer // the local region
-	local      []byte             // its bytes (nil for a device region, staged through ring)
-	localMemh  C.ucp_mem_h
-	ring       [][]byte // registered host chunks for a device region
-	ringMemh   []C.ucp_mem_h
-	ringFree   []func() error
-	stageMu    sync.Mutex // one staged transfer at a time
-	remoteAddr uint64
-	remoteSize uint64
-	link       net.Conn
-	dead       atomic.Pointer[error]
-	closed     atomic.Bool
-	closeOnce  sync.Once
-	linkDone   chan struct{}
+	t               *Transport
+	w               *worker
+	ep              C.ucp_ep_h
+	rkey            C.ucp_rkey_h
+	errflag         *C.int             // set by UCX's error callback (C memory)
+	region          *buffer.ConnBuffer // the local region
+	local           []byte             // its bytes (nil for a device region, staged through ring)
+	localMemh       C.ucp_mem_h
+	unregisterLocal func()   // undoes the registration of local
+	ring            [][]byte // registered host chunks for a device region
+	ringMemh        []C.ucp_mem_h
+	ringFree        []func() error
+	stageMu         sync.Mutex // one staged transfer at a time
+	remoteAddr      uint64
+	remoteSize      uint64
+	link            net.Conn
+	dead            atomic.Pointer[error]
+	closed          atomic.Bool
+	closeOnce       sync.Once
+	linkDone        chan struct{}
 
 	// Flush coalescing (guarded by the worker's pmu): at most maxFlushes in flight per
 	// endpoint; puts posted meanwhile wait in batch for the next one, which a completing flush
@@ -782,7 +896,7 @@ func (t *Transport) setup(ctx context.Context, w *worker, conn net.Conn, cfg tra
 	}
 	e.errflag = (*C.int)(C.calloc(1, C.size_t(unsafe.Sizeof(C.int(0)))))
 	if local != nil {
-		if e.localMemh, err = w.memMap(local); err != nil {
+		if e.localMemh, e.unregisterLocal, err = w.register(local); err != nil {
 			C.free(unsafe.Pointer(e.errflag))
 			return nil, err
 		}
@@ -866,46 +980,78 @@ func (e *endpoint) post(ctx context.Context, put bool, localOff, remoteOff, n ui
 	if e.local == nil {
 		return e.staged(put, localOff, remoteOff, n), nil
 	}
-	return e.postRaw(put, unsafe.Pointer(&e.local[localOff]), remoteOff, n), nil
+	return e.postRaw(put, unsafe.Pointer(&e.local[localOff]), e.localMemh, remoteOff, n), nil
 }
 
-// postRaw posts a put (and its flush) or a get between host memory at buf and the target's
-// region at remoteOff; ranges are already checked.
-func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, remoteOff, n uint64) *transport.Op {
+// postRaw posts a put (and its flush) or a get between host memory at buf, registered as memh,
+// and the target's region at remoteOff; ranges are already checked. A put is one call into UCX (put, flush unless
+// coalesced, a round of progress); its Op completes when the flush does.
+func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, memh C.ucp_mem_h, remoteOff, n uint64) *transport.Op {
+	w := e.w
 	parts := 1
 	if put {
 		parts = 2
 	}
 	op := transport.NewOp(parts)
-	op.SetPoll(time.Duration(e.t.cfg.SpinTime)*time.Microsecond, e.w.tryProgress)
+	op.SetPoll(time.Duration(e.t.cfg.SpinTime)*time.Microsecond, w)
 	raddr := C.uint64_t(e.remoteAddr + remoteOff)
-	e.w.call(func() {
-		if e.closed.Load() {
-			for range parts {
-				op.Finish(fmt.Errorf("ucx: endpoint: %w", status.ErrClosed))
-			}
-			return
+	w.pmu.Lock()
+	switch {
+	case e.closed.Load():
+		for range parts {
+			op.Finish(fmt.Errorf("ucx: endpoint: %w", status.ErrClosed))
 		}
-		var st C.ucs_status_t
-		if put {
-			req := C.hmc_put(e.ep, buf, C.size_t(n), raddr, e.rkey, &st)
-			if st != C.UCS_OK {
-				op.Finish(ucsErr("put", st))
-			} else {
-				e.w.track(req, op, "put")
-			}
+	case put:
+		flush := e.flushing < maxFlushes // else the next flush to complete issues one for the batch
+		r := w.posted
+		C.hmc_post_put(w.w, e.ep, C.uintptr_t(uintptr(buf)), C.size_t(n), raddr, e.rkey, memh, cbool(flush), r)
+		preq, freq, pst, fst := r.preq, r.freq, r.pst, r.fst
+		if pst != C.UCS_OK {
+			op.Finish(ucsErr("put", pst))
+			op.Finish(nil) // no flush for a put that failed
+			break
+		}
+		w.track(preq, op, "put")
+		if !flush {
 			e.batch = append(e.batch, op)
-			e.flushBatch()
-			return
+			break
 		}
-		req := C.hmc_get(e.ep, buf, C.size_t(n), raddr, e.rkey, &st)
+		ops := e.batch // this flush covers every put batched before it too
+		e.batch = nil
+		switch {
+		case fst != C.UCS_OK:
+			err := ucsErr("flush", fst)
+			op.Finish(err)
+			finishAll(ops, err)
+		case freq == nil: // visible already (shared memory UCX allocated)
+			op.Finish(nil)
+			finishAll(ops, nil)
+		default:
+			e.flushing++
+			w.pending = append(w.pending, &pend{req: freq, what: "flush", flush: e, op: op, ops: ops})
+		}
+	default:
+		var st C.ucs_status_t
+		req := C.hmc_get(e.ep, buf, C.size_t(n), raddr, e.rkey, memh, &st)
 		if st != C.UCS_OK {
 			op.Finish(ucsErr("get", st))
-			return
+			break
 		}
-		e.w.track(req, op, "get")
-	})
+		w.track(req, op, "get")
+	}
+	inFlight := len(w.pending) > 0 || len(e.batch) > 0
+	w.pmu.Unlock()
+	if inFlight && w.sleeping.Load() {
+		C.ucp_worker_signal(w.w) // thread-safe: wakes the loop from its poll to progress them
+	}
 	return op
+}
+
+func cbool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Close closes the UCX endpoint (in-flight operations fail), unmaps the local region and
@@ -913,13 +1059,24 @@ func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, remoteOff, n uint64) *t
 func (e *endpoint) Close() error {
 	e.closeOnce.Do(func() {
 		e.closed.Store(true)
+		if e.dead.Load() == nil && *e.errflag == 0 {
+			// Let what is in flight land first (closeFlush at most): the forced close below
+			// purges requests still queued, and UCX 1.13 can crash deregistering a purged
+			// zero-copy put (ucp_mem_rereg_mds from uct_tcp_ep_pending_purge).
+			e.w.call(func() {
+				var st C.ucs_status_t
+				if req := C.hmc_flush(e.ep, &st); st == C.UCS_OK {
+					e.w.waitFor(req, closeFlush)
+				}
+			})
+		}
 		_ = e.link.Close()
 		<-e.linkDone
 		e.w.call(func() {
 			// Requests of this endpoint still pending complete (with an error) once it is
 			// closed by force; the loop finishes their Ops.
-			C.ucp_rkey_destroy(e.rkey)
 			e.w.wait(C.hmc_ep_close(e.ep, 1))
+			C.ucp_rkey_destroy(e.rkey)                                            // after the close: a put it purged still used it
 			finishAll(e.batch, fmt.Errorf("ucx: endpoint: %w", status.ErrClosed)) // puts that waited for a flush that will not come
 			e.batch = nil
 		})
@@ -932,6 +1089,9 @@ func (e *endpoint) Close() error {
 	})
 	return nil
 }
+
+// closeFlush bounds how long Close lets operations in flight land before closing by force.
+const closeFlush = 2 * time.Second
 
 // hasCUDA says whether this UCX can move CUDA memory itself (its resources include a CUDA
 // memory domain); then device regions are registered directly instead of staged.
@@ -971,7 +1131,7 @@ func (e *endpoint) makeRing() error {
 // unmapLocal unregisters the local region or the ring and frees the ring.
 func (e *endpoint) unmapLocal() {
 	if e.local != nil {
-		e.w.memUnmap(e.localMemh)
+		e.unregisterLocal()
 	}
 	for _, m := range e.ringMemh {
 		e.w.memUnmap(m)
@@ -1035,7 +1195,7 @@ func (e *endpoint) runStaged(put bool, localOff, remoteOff, n uint64) error {
 			err = fmt.Errorf("ucx: endpoint: %w", status.ErrClosed)
 			break
 		}
-		slots[slot] = flight{op: e.postRaw(put, unsafe.Pointer(&e.ring[slot][0]), remoteOff+done, k), off: done, k: k}
+		slots[slot] = flight{op: e.postRaw(put, unsafe.Pointer(&e.ring[slot][0]), e.ringMemh[slot], remoteOff+done, k), off: done, k: k}
 		done += k
 	}
 	for i := range slots { // drain: every piece posted completes before the ring is reused

@@ -3,12 +3,17 @@
 package ucx
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"os"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 	"github.com/hmc-go/hmc/transport/transporttest"
@@ -21,21 +26,95 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// conformance runs the transport suite on HMC's memfd buffers and on buffers UCX allocated.
 func conformance(t *testing.T, tls string) {
-	transporttest.Run(t, transporttest.Options{
+	cfg := Config{TLS: tls}
+	o := transporttest.Options{
 		New: func(t testing.TB) transport.Transport {
-			tr, err := New(Config{TLS: tls})
+			tr, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return tr
 		},
-	})
+	}
+	t.Run("memfd", func(t *testing.T) { transporttest.Run(t, o) })
+	o.Alloc = func(t testing.TB, size uint64) *buffer.ConnBuffer { return hostBuf(t, size, cfg) }
+	t.Run("ucx-allocated", func(t *testing.T) { transporttest.Run(t, o) })
+}
+
+func hostBuf(t testing.TB, size uint64, cfg Config) *buffer.ConnBuffer {
+	t.Helper()
+	b, err := NewHostBuffer(size, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
 }
 
 func TestConformanceTCP(t *testing.T) { conformance(t, "tcp") }
 
 func TestConformanceSharedMemory(t *testing.T) { conformance(t, "posix,cma,self") }
+
+// NewHostBuffer's memory is zeroed host memory without a memfd, served with the handle it was
+// allocated with: a Transport of the same transports shares its context and registers nothing;
+// one of other transports registers it like any memory. Both move its bytes.
+func TestHostBuffer(t *testing.T) {
+	cfg := Config{TLS: "posix,cma,self"}
+	if _, err := NewHostBuffer(0, cfg); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatalf("size 0: %v", err)
+	}
+	const size = 3<<20 + 5
+	target := hostBuf(t, size, cfg)
+	if target.FD() != -1 || target.Type() != memory.CPU || target.Size() != size {
+		t.Fatalf("fd %d type %v size %d", target.FD(), target.Type(), target.Size())
+	}
+	for i, b := range target.Bytes() {
+		if b != 0 {
+			t.Fatalf("byte %d is %d, want zeroed memory", i, b)
+		}
+	}
+	for _, tls := range []string{"posix,cma,self", "tcp"} {
+		t.Run(tls, func(t *testing.T) {
+			tr, err := New(Config{TLS: tls})
+			if err != nil {
+				t.Fatal(err)
+			}
+			local := hostBuf(t, size, Config{TLS: tls})
+			if shared := contextKey(Config{TLS: tls}) == contextKey(cfg); shared {
+				w, err := tr.(*Transport).acquire()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ok := w.uctx.allocated(target.Bytes()[100:200]); !ok {
+					t.Error("the Transport's context does not know the buffer's allocation")
+				}
+				tr.(*Transport).release()
+			}
+			p := transporttest.NewPairOf(t, tr, "127.0.0.1:0", target, local, 0)
+			src := local.Bytes()
+			for i := range src {
+				src[i] = byte(i*7 + len(tls))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := transport.Put(ctx, p.EP, 0, 0, size); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(target.Bytes(), src) {
+				t.Fatal("put: target differs")
+			}
+			clear(src)
+			if err := transport.Get(ctx, p.EP, 1, 1, size-1); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(src[1:], target.Bytes()[1:]) || src[0] != 0 {
+				t.Fatal("get: local differs")
+			}
+		})
+	}
+}
 
 func TestResources(t *testing.T) {
 	rs, err := Resources()
