@@ -183,3 +183,35 @@ func FuzzCheckRange(f *testing.F) {
 		}
 	})
 }
+
+// Adopt makes memory another library allocated a ConnBuffer: no memfd, the bytes are the ones
+// given, copies work, and Close gives the memory back once.
+func TestAdopt(t *testing.T) {
+	if _, err := Adopt(nil, func() error { return nil }); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatalf("empty: %v", err)
+	}
+	if _, err := Adopt(make([]byte, 8), nil); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatalf("no release: %v", err)
+	}
+	mem := make([]byte, 4096)
+	released := 0
+	b, err := Adopt(mem, func() error { released++; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.FD() != -1 || b.Size() != 4096 || b.Type() != memory.CPU || &b.Bytes()[0] != &mem[0] {
+		t.Fatalf("fd %d size %d type %v", b.FD(), b.Size(), b.Type())
+	}
+	if err := b.WriteFromCPU([]byte("adopted"), 100); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(mem[100:107], []byte("adopted")) {
+		t.Fatal("write did not land in the adopted memory")
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil || released != 1 {
+		t.Fatalf("second Close: %v, released %d times", err, released)
+	}
+}

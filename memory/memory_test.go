@@ -390,3 +390,45 @@ func sharedMapping(tb testing.TB, size int) []byte {
 	tb.Cleanup(func() { _ = unix.Munmap(b) })
 	return b
 }
+
+func TestAdopt(t *testing.T) {
+	m, err := New(0, CPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := 0
+	release := func() error { released++; return nil }
+	b, err := m.Adopt(make([]byte, 64), release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.FD() != -1 || b.Size() != 64 || b.Memory() != m {
+		t.Fatalf("fd %d size %d", b.FD(), b.Size())
+	}
+	if err := m.Free(b); err != nil || released != 1 {
+		t.Fatalf("Free: %v, released %d", err, released)
+	}
+	if err := m.Free(b); !errors.Is(err, status.ErrInvalidConfig) || released != 1 {
+		t.Fatalf("second Free: %v, released %d", err, released)
+	}
+	if _, err := m.Adopt(make([]byte, 64), release); err != nil { // Close gives it back
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil || released != 2 {
+		t.Fatalf("Close: %v, released %d", err, released)
+	}
+	if _, err := m.Adopt(make([]byte, 64), release); !errors.Is(err, status.ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+	if Probe(NvidiaGPU) != nil {
+		t.Setenv(EmulateGPUEnv, "1")
+	}
+	g, err := New(0, NvidiaGPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if _, err := g.Adopt(make([]byte, 64), release); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatalf("host memory adopted as device memory: %v", err)
+	}
+}
