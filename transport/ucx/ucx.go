@@ -101,14 +101,16 @@ static void hmc_drain(ucp_worker_h w) {
 typedef struct { void *preq, *freq; ucs_status_t pst, fst; } hmc_posted;
 
 // A put and, if flush, a flush of its endpoint, then one round of progress: one call per put
-// on the data path. r is the worker's (C memory, so the call needs no pointer checks).
-static void hmc_post_put(ucp_worker_h w, ucp_ep_h ep, uintptr_t buf, size_t n, uint64_t raddr, ucp_rkey_h rkey,
-                         ucp_mem_h memh, int flush, hmc_posted *r) {
-	r->preq = hmc_put(ep, (void *)buf, n, raddr, rkey, memh, &r->pst);
+// on the data path. r is the worker's. Every handle is C memory, passed as an integer so that
+// the call skips cgo's pointer checks (five per call otherwise).
+static void hmc_post_put(uintptr_t w, uintptr_t ep, uintptr_t buf, size_t n, uint64_t raddr, uintptr_t rkey,
+                         uintptr_t memh, int flush, uintptr_t posted) {
+	hmc_posted *r = (hmc_posted *)posted;
+	r->preq = hmc_put((ucp_ep_h)ep, (void *)buf, n, raddr, (ucp_rkey_h)rkey, (ucp_mem_h)memh, &r->pst);
 	r->freq = NULL;
 	r->fst = UCS_OK;
-	if (flush && r->pst == UCS_OK) r->freq = hmc_flush(ep, &r->fst);
-	ucp_worker_progress(w);
+	if (flush && r->pst == UCS_OK) r->freq = hmc_flush((ucp_ep_h)ep, &r->fst);
+	ucp_worker_progress((ucp_worker_h)w);
 }
 
 // Progresses w until it has nothing more to do (64 rounds at most), then writes the status of
@@ -293,7 +295,7 @@ type Transport struct {
 // stands aside meanwhile.
 func (t *Transport) Progress() {
 	if w := t.live.Load(); w != nil {
-		w.lastPoll.Store(time.Now().UnixNano())
+		w.users.Add(1)
 		w.Poll()
 	}
 }
@@ -373,7 +375,7 @@ type worker struct {
 	sleeping atomic.Bool
 	stopping atomic.Bool
 	drivers  atomic.Int32  // waiters polling (driving progress) now
-	lastPoll atomic.Int64  // when Transport.Progress last drove progress (UnixNano)
+	users    atomic.Uint64 // bumped by every post and every Transport.Progress
 	kick     chan struct{} // wakes the loop: the last driver left, or stop (capacity 1)
 	done     chan struct{}
 }
@@ -431,7 +433,8 @@ func (w *worker) loop() {
 	defer close(w.done)
 	spin := time.Duration(w.cfg.SpinTime) * time.Microsecond
 	lastActive := time.Now()
-	for {
+	var users uint64
+	for idle := 0; ; {
 		if w.stopping.Load() {
 			w.pmu.Lock()
 			n := len(w.pending)
@@ -446,10 +449,12 @@ func (w *worker) loop() {
 			<-w.kick
 			continue
 		}
-		if time.Since(time.Unix(0, w.lastPoll.Load())) < pollerActive {
-			// Someone polls through Transport.Progress: the same, but they do not say when
-			// they stop, so check again a little later.
-			time.Sleep(pollerActive)
+		if u := w.users.Load(); u != users {
+			// Posters and Transport.Progress callers progress too: the same, but they do not
+			// say when they stop, so look again a little later.
+			users = u
+			time.Sleep(userActive)
+			lastActive, idle = time.Now(), 0
 			continue
 		}
 		// A poster holding the lock is progressing (hmc_post_put): try again rather than queue
@@ -458,14 +463,18 @@ func (w *worker) loop() {
 			runtime.Gosched()
 			continue
 		}
-		active := w.progress()
-		npend := len(w.pending)
+		active := w.progress() || len(w.pending) > 0
 		w.pmu.Unlock()
-		now := time.Now()
-		if active || npend > 0 {
-			lastActive = now
+		if active {
+			idle = 0
+			continue
 		}
-		if now.Sub(lastActive) < spin {
+		if idle++; idle%64 != 0 { // the clock every 64 idle turns: a clock read costs a progress round
+			continue
+		}
+		if now := time.Now(); idle == 64 {
+			lastActive = now // the first idle turns since activity
+		} else if now.Sub(lastActive) < spin {
 			continue
 		}
 		// Idle: sleep on the event fd until UCX or a poster wakes us. A poster adds its request
@@ -480,7 +489,7 @@ func (w *worker) loop() {
 			_, _ = unix.Poll(fds, 100) // 100 ms at most: stop is noticed
 		}
 		w.sleeping.Store(false)
-		lastActive = time.Now()
+		lastActive, idle = time.Now(), 0
 	}
 	w.pmu.Lock()
 	C.hmc_drain(w.w)
@@ -490,9 +499,11 @@ func (w *worker) loop() {
 	w.uctx.release()
 }
 
-// pollerActive is how long after a Transport.Progress call the loop leaves progress to its
-// caller (Go rounds a sleep this short up to about a millisecond in an otherwise idle process).
-const pollerActive = 100 * time.Microsecond
+// userActive is how long the loop leaves progress to posters and Transport.Progress callers
+// once it saw one, before it looks again (Go rounds a sleep this short up to about a
+// millisecond in an otherwise idle process): an operation nobody waits for, or a put arriving
+// over tcp, progresses that much later at worst if they stop right then.
+const userActive = 100 * time.Microsecond
 
 // progress runs UCX's progress and completes finished requests, in one call into UCX. It
 // reports whether anything happened. Caller holds pmu.
@@ -995,6 +1006,7 @@ func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, memh C.ucp_mem_h, remot
 	op := transport.NewOp(parts)
 	op.SetPoll(time.Duration(e.t.cfg.SpinTime)*time.Microsecond, w)
 	raddr := C.uint64_t(e.remoteAddr + remoteOff)
+	w.users.Add(1)
 	w.pmu.Lock()
 	switch {
 	case e.closed.Load():
@@ -1004,7 +1016,8 @@ func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, memh C.ucp_mem_h, remot
 	case put:
 		flush := e.flushing < maxFlushes // else the next flush to complete issues one for the batch
 		r := w.posted
-		C.hmc_post_put(w.w, e.ep, C.uintptr_t(uintptr(buf)), C.size_t(n), raddr, e.rkey, memh, cbool(flush), r)
+		C.hmc_post_put(handle(unsafe.Pointer(w.w)), handle(unsafe.Pointer(e.ep)), handle(buf), C.size_t(n), raddr,
+			handle(unsafe.Pointer(e.rkey)), handle(unsafe.Pointer(memh)), cbool(flush), handle(unsafe.Pointer(r)))
 		preq, freq, pst, fst := r.preq, r.freq, r.pst, r.fst
 		if pst != C.UCS_OK {
 			op.Finish(ucsErr("put", pst))
@@ -1046,6 +1059,9 @@ func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, memh C.ucp_mem_h, remot
 	}
 	return op
 }
+
+// handle passes C memory to C as an integer (see hmc_post_put).
+func handle(p unsafe.Pointer) C.uintptr_t { return C.uintptr_t(uintptr(p)) }
 
 func cbool(b bool) C.int {
 	if b {
