@@ -7,6 +7,7 @@
 # ALLOC=ucx (default): hmc's and the C peer's buffers are allocated by UCX, as perftest's are (hmc
 # bench --ucx-alloc); ALLOC=registered: HMC's memfd buffers and the C peer's malloc'd ones,
 # registered with ucp_mem_map (UCX's shared-memory transports cannot map those into the peer).
+# All three warm up with 50 transfers (perftest -w 50, the C peer's own, hmc --warmup 50).
 # Usage: bench/compare-ucx.sh [repeats] [tls ...]   (default 3 repeats; tls "tcp" and "posix,cma,self")
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +43,7 @@ for tls in "${TLSS[@]}"; do
       UCX_TLS=$tls timeout 120 "$tmp/upf" -p $((port + 50)) -s $s $UPFALLOC & sp=$!; sleep 0.3
       uf+=("$(UCX_TLS=$tls timeout 120 "$tmp/upf" 127.0.0.1 -p $((port + 50)) -s $s -n $n -w "$WINDOW" $UPFALLOC)")
       wait $sp || true
-      hb+=("$(UCX_TLS=$tls "$tmp/hmc" bench --quiet --json --transport ucx --ucx-alloc=$UCXALLOC --window "$WINDOW" --sizes "$s" --iters "$n" |
+      hb+=("$(UCX_TLS=$tls "$tmp/hmc" bench --quiet --json --transport ucx --ucx-alloc=$UCXALLOC --window "$WINDOW" --warmup 50 --sizes "$s" --iters "$n" |
         python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["gbps"])')")
     done
     mu=$(printf '%s\n' "${up[@]}" | median); mh=$(printf '%s\n' "${hb[@]}" | median)

@@ -9,11 +9,17 @@
 //
 // Design (docs/wire/ucx.md has the bootstrap wire format):
 //
-//   - One ucp context and worker per Transport, owned by one goroutine locked to its OS thread
-//     (the progress loop): every UCX call runs there, other goroutines hand it work and wake it
-//     with ucp_worker_signal. It progresses the worker for initiators and targets alike (UCX
-//     over TCP needs the target to progress), busy-polls for a short while after activity and
-//     then sleeps on the worker's event fd.
+//   - One ucp context per process and set of transports (shared by the Transports with the same
+//     TLS), one worker per Transport, serialized by one mutex. Goroutines posting operations
+//     call UCX themselves (one cgo call per put: put, flush, a round of progress); a goroutine
+//     waiting for an Op drives progress itself (transport.Poller), and a process polling its
+//     own memory for a peer's put calls Progress (transport.Progresser). A background loop
+//     progresses when nobody else does (UCX over TCP needs the target to progress), stands
+//     aside while others do, busy-polls for a short while after activity and then sleeps on
+//     the worker's event fd.
+//   - NewHostBuffer returns a ConnBuffer of memory UCX allocated in that shared context:
+//     UCX's shared-memory transports map it into same-host initiators, whose puts become
+//     copies into it (as in ucx_perftest, which allocates its buffers with UCX).
 //   - A server maps its ConnBuffer with ucp_mem_map and serves a bootstrap TCP socket on its
 //     data address: an initiator connects, says its rank, and receives the region's address,
 //     size, packed rkey and the server's worker address; it then creates a ucp endpoint (peer
@@ -22,9 +28,10 @@
 //   - Put = ucp_put_nbx + ucp_ep_flush_nbx (the put is visible at the target when the flush
 //     completes); Get = ucp_get_nbx. Ranges are checked against the size the target declared
 //     before anything is posted.
-//   - The transport's resources (context, worker, loop) live while a server or endpoint uses
-//     them and are torn down (endpoints closed with ucp_ep_close_nbx, memory unmapped, worker
-//     destroyed) when the last one closes.
+//   - The transport's resources (worker, loop) live while a server or endpoint uses them and
+//     are torn down (endpoints flushed, then closed with ucp_ep_close_nbx, memory unmapped,
+//     worker destroyed) when the last one closes; the context when its last worker and buffer
+//     are gone.
 //
 // Memory UCX cannot register (GPU memory: Debian's UCX has no CUDA support) is refused with
 // status.ErrUnsupported.
