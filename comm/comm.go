@@ -63,6 +63,14 @@ type peerEP struct {
 	rank uint32
 }
 
+// lastEP remembers the endpoint of the last (ip, port, kind) looked up.
+type lastEP struct {
+	ip   string
+	port int
+	ct   transport.ConnType
+	ep   transport.Endpoint
+}
+
 type accepted struct {
 	rank       uint32
 	ip         string
@@ -93,6 +101,7 @@ type Communicator struct {
 	accepted map[peerKey]accepted                    // initiators seen by our servers, by (ip, their listen port); guarded by mu
 	ops      map[uint64]*transport.Op                // guarded by mu
 	selfRank uint32                                  // from the last ConnectTo; guarded by mu
+	lastEP   atomic.Pointer[lastEP]                  // the endpoint last looked up; stored and cleared under mu
 	closed   bool                                    // guarded by mu
 }
 
@@ -479,6 +488,9 @@ func (c *Communicator) acceptedLocked(ip string, port int, ct transport.ConnType
 // its own data listener on (ip, port) is dialed back on first use ("connect once, use both
 // ways"), so a target can put to and get from its initiators.
 func (c *Communicator) endpoint(ctx context.Context, ip string, port int, ct transport.ConnType) (transport.Endpoint, error) {
+	if l := c.lastEP.Load(); l != nil && l.port == port && l.ct == ct && l.ip == ip {
+		return l.ep, nil // a stream to one peer: no lock, no map
+	}
 	if _, err := c.kinds(ct); err != nil {
 		return nil, err
 	}
@@ -488,6 +500,7 @@ func (c *Communicator) endpoint(ctx context.Context, ip string, port int, ct tra
 		return nil, fmt.Errorf("comm: %w", status.ErrClosed)
 	}
 	if pe, ok := c.lookupLocked(ip, port, ct); ok {
+		c.lastEP.Store(&lastEP{ip: ip, port: port, ct: ct, ep: pe.ep})
 		c.mu.Unlock()
 		return pe.ep, nil
 	}
@@ -583,6 +596,7 @@ func (c *Communicator) Disconnect(ip string, port int, ct transport.ConnType) er
 		delete(c.eps, key)
 		delete(c.accepted, key)
 	}
+	c.lastEP.Store(nil)
 	c.mu.Unlock()
 	var first error
 	for _, pe := range gone {
@@ -624,6 +638,7 @@ func (c *Communicator) Close() error {
 	c.closed = true
 	eps := c.eps
 	c.eps = make(map[peerKey]*peerEP)
+	c.lastEP.Store(nil)
 	c.mu.Unlock()
 	var first error
 	for _, pe := range eps {
