@@ -372,6 +372,7 @@ type worker struct {
 	reqs     []C.uintptr_t    // their requests, for hmc_poll; guarded by pmu
 	statuses []C.ucs_status_t // hmc_poll's answers; guarded by pmu
 	posted   *C.hmc_posted    // hmc_post_put's answers (C memory); guarded by pmu
+	gone     bool             // the worker is destroyed: a late Poll must not touch it; guarded by pmu
 	sleeping atomic.Bool
 	stopping atomic.Bool
 	drivers  atomic.Int32  // waiters polling (driving progress) now
@@ -495,6 +496,7 @@ func (w *worker) loop() {
 	C.hmc_drain(w.w)
 	C.ucp_worker_destroy(w.w)
 	C.free(unsafe.Pointer(w.posted))
+	w.gone = true
 	w.pmu.Unlock()
 	w.uctx.release()
 }
@@ -571,7 +573,9 @@ func (w *worker) Begin() { w.drivers.Add(1) }
 // Poll is a waiter's poll step: progress unless another waiter is.
 func (w *worker) Poll() {
 	if w.pmu.TryLock() {
-		w.progress()
+		if !w.gone { // a waiter or Progress caller may come late, after the last Close
+			w.progress()
+		}
 		w.pmu.Unlock()
 	}
 }

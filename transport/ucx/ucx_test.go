@@ -150,3 +150,28 @@ func TestDeviceInitiatorStaged(t *testing.T) {
 		})
 	}
 }
+
+// Progress before any use, and through a worker that has gone with the last Close, does
+// nothing; it never touches a destroyed worker.
+func TestProgressAfterClose(t *testing.T) {
+	tr, err := New(Config{TLS: "tcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := tr.(*Transport)
+	u.Progress() // no worker yet
+	p := transporttest.NewPair(t, tr, 4096, 4096, 0)
+	w := u.live.Load()
+	u.Progress()
+	if err := p.EP.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Server.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if u.live.Load() != nil {
+		t.Fatal("worker still live after the last Close")
+	}
+	u.Progress()
+	w.Poll() // a poller that loaded the worker before it went
+}
