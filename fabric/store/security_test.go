@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"io"
 	"math/big"
 	"net"
 	"testing"
@@ -61,7 +62,7 @@ func TestSharedSecret(t *testing.T) {
 	defer raw.Close()
 	_, _ = raw.Write(make([]byte, 16))
 	buf := make([]byte, 2+32)
-	if _, err := raw.Read(buf); err != nil {
+	if _, err := io.ReadFull(raw, buf); err != nil { // the challenge may come in pieces
 		t.Fatal(err)
 	}
 	_, _ = raw.Write(make([]byte, 64))
