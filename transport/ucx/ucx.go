@@ -43,10 +43,9 @@ static ucs_status_t hmc_ep_create(ucp_worker_h w, const void *addr, int *errflag
 }
 
 // Requests: NULL = done at once; an error pointer becomes *st; else the request to poll.
-// The local buffer's registration (memh) goes with each operation: UCX then registers nothing
-// per request, and a request purged by a forced close deregisters nothing (UCX 1.13 crashes
-// deregistering, in ucp_mem_rereg_mds, the on-demand registration of a zero-copy put purged
-// from a closing tcp endpoint).
+// The local buffer's registration (memh) goes with each operation, so that UCX can use it
+// instead of looking one up or registering on demand. (It did not stop UCX 1.13 from crashing
+// when a forced close purges queued zero-copy puts: Close flushes first for that.)
 static void *hmc_put(ucp_ep_h ep, void *buf, size_t n, uint64_t raddr, ucp_rkey_h rkey, ucp_mem_h memh, ucs_status_t *st) {
 	ucp_request_param_t p;
 	memset(&p, 0, sizeof p);
@@ -841,16 +840,26 @@ func (e *endpoint) flushBatch() {
 	}
 	var st C.ucs_status_t
 	req := C.hmc_flush(e.ep, &st)
-	if st != C.UCS_OK {
-		finishAll(ops, ucsErr("flush", st))
+	e.flushed(req, st, nil, ops)
+}
+
+// flushed takes a flush just issued (its request and status, as hmc_flush returns them) for
+// op (nil: none) and the batched ops: they fail with its error, finish now if it completed at
+// once (shared memory UCX allocated), else finish when it does. Caller holds pmu.
+func (e *endpoint) flushed(req unsafe.Pointer, st C.ucs_status_t, op *transport.Op, ops []*transport.Op) {
+	var err error
+	switch {
+	case st != C.UCS_OK:
+		err = ucsErr("flush", st)
+	case req != nil:
+		e.flushing++
+		e.w.pending = append(e.w.pending, &pend{req: req, what: "flush", flush: e, op: op, ops: ops})
 		return
 	}
-	if req == nil { // done at once
-		finishAll(ops, nil)
-		return
+	if op != nil {
+		op.Finish(err)
 	}
-	e.flushing++
-	e.w.pending = append(e.w.pending, &pend{req: req, what: "flush", flush: e, ops: ops})
+	finishAll(ops, err)
 }
 
 // Dial connects to the target's bootstrap socket, then creates the UCX endpoint.
@@ -1035,18 +1044,7 @@ func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, memh C.ucp_mem_h, remot
 		}
 		ops := e.batch // this flush covers every put batched before it too
 		e.batch = nil
-		switch {
-		case fst != C.UCS_OK:
-			err := ucsErr("flush", fst)
-			op.Finish(err)
-			finishAll(ops, err)
-		case freq == nil: // visible already (shared memory UCX allocated)
-			op.Finish(nil)
-			finishAll(ops, nil)
-		default:
-			e.flushing++
-			w.pending = append(w.pending, &pend{req: freq, what: "flush", flush: e, op: op, ops: ops})
-		}
+		e.flushed(freq, fst, op, ops)
 	default:
 		var st C.ucs_status_t
 		req := C.hmc_get(e.ep, buf, C.size_t(n), raddr, e.rkey, memh, &st)
@@ -1074,8 +1072,9 @@ func cbool(b bool) C.int {
 	return 0
 }
 
-// Close closes the UCX endpoint (in-flight operations fail), unmaps the local region and
-// releases the worker. Idempotent.
+// Close lets operations in flight land (closeFlush at most, unless the target is gone), then
+// closes the UCX endpoint by force (what is still in flight fails), unmaps the local region
+// and releases the worker. Idempotent.
 func (e *endpoint) Close() error {
 	e.closeOnce.Do(func() {
 		e.closed.Store(true)
