@@ -143,11 +143,16 @@ func (m *Memory) Alloc(size uint64) (*Buffer, error) {
 	if size == 0 {
 		return nil, fmt.Errorf("memory: alloc of 0 bytes: %w", status.ErrInvalidConfig)
 	}
+	return m.add("alloc", func() (*Buffer, error) { return m.be.alloc(size) })
+}
+
+// add makes the Buffer that get returns one of m's live buffers, unless m is closed.
+func (m *Memory) add(op string, get func() (*Buffer, error)) (*Buffer, error) {
 	var b *Buffer
-	err := m.using("alloc", func() (err error) {
+	err := m.using(op, func() (err error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if b, err = m.be.alloc(size); err != nil {
+		if b, err = get(); err != nil {
 			return err
 		}
 		b.typ, b.dev, b.owner = m.typ, m.dev, m
@@ -171,19 +176,10 @@ func (m *Memory) Adopt(b []byte, release func() error) (*Buffer, error) {
 	if m.typ != CPU {
 		return nil, fmt.Errorf("memory: adopting host memory as %v memory: %w", m.typ, status.ErrInvalidConfig)
 	}
-	buf := &Buffer{ptr: Ptr(unsafe.Pointer(unsafe.SliceData(b))), size: uint64(len(b)), host: b[:len(b):len(b)], fd: -1,
-		release: release}
-	err := m.using("adopt", func() error {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		buf.typ, buf.dev, buf.owner = m.typ, m.dev, m
-		m.live[buf] = struct{}{}
-		return nil
+	return m.add("adopt", func() (*Buffer, error) {
+		return &Buffer{ptr: Ptr(unsafe.Pointer(unsafe.SliceData(b))), size: uint64(len(b)), host: b[:len(b):len(b)], fd: -1,
+			release: release}, nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return buf, nil
 }
 
 // free gives b back to its allocator: its release for adopted memory, else the backend.

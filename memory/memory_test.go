@@ -263,14 +263,7 @@ func BenchmarkHostCopy(b *testing.B) {
 // of it keep every byte, and it unpins before the unmap. CPU memory has nothing to pin. Without a
 // device the emulation's no-op pin is what runs.
 func TestPinHost(t *testing.T) {
-	if Probe(NvidiaGPU) != nil {
-		t.Setenv(EmulateGPUEnv, "1")
-	}
-	m, err := New(0, NvidiaGPU)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := nvidiaOrEmulated(t)
 	const size = 4<<20 + 5
 	host := sharedMapping(t, size)
 	unpin, err := m.PinHost(host)
@@ -420,15 +413,23 @@ func TestAdopt(t *testing.T) {
 	if _, err := m.Adopt(make([]byte, 64), release); !errors.Is(err, status.ErrClosed) {
 		t.Fatalf("after Close: %v", err)
 	}
-	if Probe(NvidiaGPU) != nil {
-		t.Setenv(EmulateGPUEnv, "1")
-	}
-	g, err := New(0, NvidiaGPU)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := nvidiaOrEmulated(t)
 	if _, err := g.Adopt(make([]byte, 64), release); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Fatalf("host memory adopted as device memory: %v", err)
 	}
+}
+
+// nvidiaOrEmulated returns NVIDIA GPU memory, the emulation where no CUDA device exists; it is
+// closed by t.Cleanup.
+func nvidiaOrEmulated(t *testing.T) *Memory {
+	t.Helper()
+	if Probe(NvidiaGPU) != nil {
+		t.Setenv(EmulateGPUEnv, "1")
+	}
+	m, err := New(0, NvidiaGPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
 }
