@@ -73,20 +73,11 @@ func (c *Communicator) postNB(ctx context.Context, put bool, ip string, port int
 // ErrNotFound); an unknown id is ErrNotFound after the known ones were waited for. If ctx ends,
 // the operations not yet complete continue in the background and their results are dropped.
 func (c *Communicator) Wait(ctx context.Context, ids ...uint64) error {
-	if len(ids) == 1 { // a sliding window's step: no allocation
-		c.mu.Lock()
-		op, ok := c.ops[ids[0]]
-		delete(c.ops, ids[0])
-		c.mu.Unlock()
-		if !ok {
-			return fmt.Errorf("comm: wait: unknown operation ids %v: %w", ids, status.ErrNotFound)
-		}
-		if err := op.Wait(ctx); err != nil {
-			return fmt.Errorf("comm: wait: %w", err)
-		}
-		return nil
+	var one [1]*transport.Op
+	ops := one[:0] // a sliding window's step waits for one id: no allocation
+	if len(ids) > 1 {
+		ops = make([]*transport.Op, 0, len(ids))
 	}
-	ops := make([]*transport.Op, 0, len(ids))
 	var missing []uint64
 	c.mu.Lock()
 	for _, id := range ids {
