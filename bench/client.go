@@ -131,7 +131,7 @@ func Run(ctx context.Context, cfg Config, onResult func(Result)) error {
 		return err
 	}
 	maxSize := slices.Max(cfg.Sizes)
-	buf, err := newBuffer(max(maxSize, 1<<20), cfg.BufferMem, cfg.UCXAlloc && cfg.Transport == transport.UCX)
+	buf, err := newBuffer(max(maxSize, 1<<20), cfg.BufferMem, cfg.Transport, cfg.UCXAlloc)
 	if err != nil {
 		return err
 	}
@@ -180,9 +180,10 @@ func Run(ctx context.Context, cfg Config, onResult func(Result)) error {
 	return nil
 }
 
-// newBuffer allocates a ConnBuffer of t memory, host memory that UCX allocated if ucxAlloc.
-func newBuffer(size uint64, t memory.Type, ucxAlloc bool) (*buffer.ConnBuffer, error) {
-	if ucxAlloc && t == memory.CPU {
+// newBuffer allocates a ConnBuffer of t memory for transport ct: host memory that UCX
+// allocated if ucxAlloc and ct is UCX.
+func newBuffer(size uint64, t memory.Type, ct transport.ConnType, ucxAlloc bool) (*buffer.ConnBuffer, error) {
+	if ucxAlloc && ct == transport.UCX && t == memory.CPU {
 		return ucx.NewHostBuffer(size, ucx.Config{}) // the Config comm.New gets
 	}
 	return buffer.New(0, size, t)

@@ -41,8 +41,8 @@ func (a arrivals) notify(_, _ uint64) {
 // that calls OnRemoteWrite) it sleeps until signalled; the check after each wake-up makes a
 // stale signal harmless. Otherwise (shared memory, UCX: the peer writes our memory one-sidedly)
 // it spins on the memory, progressing the Communicator (UCX over tcp needs it) and yielding, and
-// sleeps a little now and then so the runtime can poll the network. Either way it checks alive every 100 ms, so a peer that died ends the wait with an
-// error instead of a hang.
+// sleeps a little now and then so the runtime can poll the network. Either way it checks alive
+// every 100 ms, so a peer that died ends the wait with an error instead of a hang.
 func (a arrivals) await(ctx context.Context, c *comm.Communicator, b []byte, want uint64, notified bool, alive func() error) error {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -86,6 +86,16 @@ func peerAlive(c *comm.Communicator, rank uint32) func() error {
 		}
 		return nil
 	}
+}
+
+// namedBy returns the kind of data server whose port names a process serving ct: TCP's names
+// the server for TCP, SHM and AUTO (comm.Communicator.DataAddr(AUTO)); UCX and RDMA serve on
+// their own port.
+func namedBy(ct transport.ConnType) transport.ConnType {
+	if ct == transport.UCX || ct == transport.RDMA {
+		return ct
+	}
+	return transport.AUTO
 }
 
 // notifies says whether a put over ct reaches the target through code that calls
@@ -140,11 +150,7 @@ func (r *runner) pingpong(uint64) (Result, error) {
 		iters = 10000
 	}
 	total := uint64(iters + cfg.Warmup)
-	named := transport.AUTO // our TCP port names our server for TCP, SHM and AUTO; UCX and RDMA have their own
-	if cfg.Transport == transport.UCX || cfg.Transport == transport.RDMA {
-		named = cfg.Transport
-	}
-	myPort := portOf(c.DataAddr(named))
+	myPort := portOf(c.DataAddr(namedBy(cfg.Transport)))
 	// Start from zero on both sides, then let the server enter its loop.
 	clear(r.buf.Bytes()[:16])
 	if err := c.Put(ctx, cfg.PeerIP, cfg.DataPort, 0, 0, 16, cfg.Transport); err != nil {

@@ -48,7 +48,7 @@ type ServerConfig struct {
 // Serve runs a benchmark server until the client says exit, the client goes away, or ctx ends.
 // ready is called with the data address and control port once both listen.
 func Serve(ctx context.Context, cfg ServerConfig, ready func(dataAddr string, ctrlPort int)) error {
-	buf, err := newBuffer(cfg.BufferSize, memory.CPU, cfg.UCXAlloc && cfg.Transport == transport.UCX)
+	buf, err := newBuffer(cfg.BufferSize, memory.CPU, cfg.Transport, cfg.UCXAlloc)
 	if err != nil {
 		return err
 	}
@@ -62,11 +62,7 @@ func Serve(ctx context.Context, cfg ServerConfig, ready func(dataAddr string, ct
 	if err := c.InitServer(cfg.BindIP, cfg.DataPort, cfg.CtrlPort, "", cfg.Transport); err != nil {
 		return err
 	}
-	named := transport.AUTO // the TCP port names the server for TCP, SHM and AUTO
-	if cfg.Transport == transport.UCX || cfg.Transport == transport.RDMA {
-		named = cfg.Transport // UCX and RDMA serve on their own port
-	}
-	ready(c.DataAddr(named), c.CtrlAddr().Port)
+	ready(c.DataAddr(namedBy(cfg.Transport)), c.CtrlAddr().Port)
 	var dest []byte
 	var devMem *memory.Memory
 	var devBuf *memory.Buffer
