@@ -99,7 +99,7 @@ type Communicator struct {
 	servers  map[transport.ConnType]transport.Server // guarded by mu
 	eps      map[peerKey]*peerEP                     // guarded by mu
 	accepted map[peerKey]accepted                    // initiators seen by our servers, by (ip, their listen port); guarded by mu
-	ops      map[uint64]*transport.Op                // guarded by mu
+	ops      opTable                                 // posted, not yet waited for; guarded by mu
 	selfRank uint32                                  // from the last ConnectTo; guarded by mu
 	lastEP   atomic.Pointer[lastEP]                  // the endpoint last looked up; stored and cleared under mu
 	closed   bool                                    // guarded by mu
@@ -176,7 +176,6 @@ func New(buf *buffer.ConnBuffer, cfg Config) (*Communicator, error) {
 		servers:     make(map[transport.ConnType]transport.Server),
 		eps:         make(map[peerKey]*peerEP),
 		accepted:    make(map[peerKey]accepted),
-		ops:         make(map[uint64]*transport.Op),
 	}, nil
 }
 

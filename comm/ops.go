@@ -63,7 +63,7 @@ func (c *Communicator) postNB(ctx context.Context, put bool, ip string, port int
 	}
 	id := c.opIDs.Add(1)
 	c.mu.Lock()
-	c.ops[id] = op
+	c.ops.add(id, op)
 	c.mu.Unlock()
 	return id, nil
 }
@@ -81,9 +81,8 @@ func (c *Communicator) Wait(ctx context.Context, ids ...uint64) error {
 	var missing []uint64
 	c.mu.Lock()
 	for _, id := range ids {
-		if op, ok := c.ops[id]; ok {
+		if op, ok := c.ops.take(id); ok {
 			ops = append(ops, op)
-			delete(c.ops, id)
 		} else {
 			missing = append(missing, id)
 		}
@@ -121,7 +120,7 @@ func (c *Communicator) Progress() {
 func (c *Communicator) Pending() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.ops)
+	return c.ops.len()
 }
 
 // Default pipeline parameters, as upstream.

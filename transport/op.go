@@ -11,16 +11,17 @@ import (
 
 // Op is the completion of a non-blocking transfer, possibly made of several parts (chunks on
 // several lanes). It completes when every part has finished; its error is the first part's error.
-// Checking a completed Op costs an atomic load: the channel behind Done is only made for a
-// caller that blocks, so a stream of operations that complete before anyone waits (shared
-// memory) allocates none.
+// Checking a completed Op and its error costs atomic loads: the channel behind Done is only
+// made for a caller that blocks, so a stream of operations that complete before anyone waits
+// (shared memory) makes none, and one that completed while it was posted need not be allocated
+// at all (Succeeded).
 type Op struct {
-	spin   time.Duration // Wait polls this long before blocking (SetPoll)
-	poller Poller        // drives completion while Wait polls, if set
-	parts  atomic.Int32  // parts not finished; the Op is done at 0
+	spin   time.Duration         // Wait polls this long before blocking (SetPoll)
+	poller Poller                // drives completion while Wait polls, if set
+	parts  atomic.Int32          // parts not finished; the Op is done at 0
+	err    atomic.Pointer[error] // the first error, set before parts reaches 0
 
 	mu     sync.Mutex
-	err    error         // first error; guarded by mu, set before parts reaches 0
 	done   chan struct{} // made by the first blocking caller, closed once done; guarded by mu
 	closed bool          // done was closed (by Done or the last Finish, whichever saw both); guarded by mu
 }
@@ -32,14 +33,26 @@ func NewOp(parts int) *Op {
 	return o
 }
 
+// succeeded is the Op that Succeeded returns: completed, no error, never written again (SetPoll
+// leaves a completed Op alone; Done makes and closes its channel once, under its lock).
+var succeeded = NewOp(0)
+
+// Succeeded returns a completed, successful Op shared by every caller: what a transport
+// returns for an operation that completed while it was posted, without allocating. Nothing may
+// call Finish on it.
+func Succeeded() *Op { return succeeded }
+
+// Failed returns a completed Op whose error is err.
+func Failed(err error) *Op {
+	o := NewOp(1)
+	o.Finish(err)
+	return o
+}
+
 // Finish records the completion of one part. Transports call it exactly once per part.
 func (o *Op) Finish(err error) {
 	if err != nil {
-		o.mu.Lock()
-		if o.err == nil {
-			o.err = err
-		}
-		o.mu.Unlock()
+		o.err.CompareAndSwap(nil, &err)
 	}
 	if o.parts.Add(-1) == 0 {
 		o.mu.Lock()
@@ -77,9 +90,10 @@ func (o *Op) Err() error {
 	if !o.completed() {
 		return nil
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.err
+	if p := o.err.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // A Poller lets the goroutine waiting for an Op drive its completion itself (UCX progress), so
@@ -92,8 +106,13 @@ type Poller interface {
 }
 
 // SetPoll makes Wait poll for up to d before it blocks, driving p (if not nil) on each poll.
-// Call it before handing the Op out.
-func (o *Op) SetPoll(d time.Duration, p Poller) { o.spin, o.poller = d, p }
+// Call it before handing the Op out. A completed Op (Succeeded's among them) is left as it is:
+// its Wait never polls.
+func (o *Op) SetPoll(d time.Duration, p Poller) {
+	if !o.completed() {
+		o.spin, o.poller = d, p
+	}
+}
 
 // Wait blocks until the Op completes or ctx ends, and returns the Op's error or the context's
 // (wrapped with status.ErrTimeout or status.ErrCanceled).

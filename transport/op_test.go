@@ -90,3 +90,37 @@ type countPoller struct{ begins, polls, ends int }
 func (p *countPoller) Begin() { p.begins++ }
 func (p *countPoller) Poll()  { p.polls++ }
 func (p *countPoller) End()   { p.ends++ }
+
+// The shared successful Op: done, no error, and SetPoll / Done from many goroutines at once
+// leave it so (no writes to it: the race detector would say).
+func TestSucceededShared(t *testing.T) {
+	o := Succeeded()
+	if o != Succeeded() {
+		t.Fatal("Succeeded made a new Op")
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o.SetPoll(time.Second, &countPoller{})
+			<-o.Done()
+			if err := o.Wait(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if o.spin != 0 || o.poller != nil {
+		t.Fatal("SetPoll changed a completed Op")
+	}
+}
+
+func TestFailed(t *testing.T) {
+	boom := errors.New("boom")
+	o := Failed(boom)
+	<-o.Done()
+	if err := o.Wait(context.Background()); !errors.Is(err, boom) {
+		t.Fatalf("Wait: %v, want boom", err)
+	}
+}

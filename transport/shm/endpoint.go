@@ -223,7 +223,7 @@ func (ep *endpoint) copyOp(ctx context.Context, put bool, localOff, remoteOff, n
 		if err != nil {
 			return nil, fmt.Errorf("shm: device copy: %w", err)
 		}
-		return transport.NewOp(0), nil
+		return transport.Succeeded(), nil
 	}
 	l, r := ep.local[localOff:localOff+n], ep.remote[remoteOff:remoteOff+n]
 	if put {
@@ -231,7 +231,7 @@ func (ep *endpoint) copyOp(ctx context.Context, put bool, localOff, remoteOff, n
 	} else {
 		ep.copy(l, r)
 	}
-	return transport.NewOp(0), nil
+	return transport.Succeeded(), nil
 }
 
 // copy copies src to dst, splitting large copies across the endpoint's helper goroutines. The

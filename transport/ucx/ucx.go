@@ -999,7 +999,7 @@ func (e *endpoint) post(ctx context.Context, put bool, localOff, remoteOff, n ui
 		return nil, err
 	}
 	if n == 0 {
-		return transport.NewOp(0), nil
+		return transport.Succeeded(), nil
 	}
 	if e.local == nil {
 		return e.staged(put, localOff, remoteOff, n), nil
@@ -1008,57 +1008,68 @@ func (e *endpoint) post(ctx context.Context, put bool, localOff, remoteOff, n ui
 }
 
 // postRaw posts a put (and its flush) or a get between host memory at buf, registered as memh,
-// and the target's region at remoteOff; ranges are already checked. A put is one call into UCX (put, flush unless
-// coalesced, a round of progress); its Op completes when the flush does.
+// and the target's region at remoteOff; ranges are already checked. A put is one call into UCX
+// (put, flush unless coalesced, a round of progress); its Op completes when the flush does. An
+// operation complete on return (shared memory UCX allocated) gets transport.Succeeded: nothing
+// is allocated for it.
 func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, memh C.ucp_mem_h, remoteOff, n uint64) *transport.Op {
 	w := e.w
-	parts := 1
-	if put {
-		parts = 2
-	}
-	op := transport.NewOp(parts)
-	op.SetPoll(time.Duration(e.t.cfg.SpinTime)*time.Microsecond, w)
 	raddr := C.uint64_t(e.remoteAddr + remoteOff)
+	var op *transport.Op
 	w.users.Add(1)
 	w.pmu.Lock()
 	switch {
 	case e.closed.Load():
-		for range parts {
-			op.Finish(fmt.Errorf("ucx: endpoint: %w", status.ErrClosed))
-		}
+		op = transport.Failed(fmt.Errorf("ucx: endpoint: %w", status.ErrClosed))
 	case put:
 		flush := e.flushing < maxFlushes // else the next flush to complete issues one for the batch
 		r := w.posted
 		C.hmc_post_put(handle(unsafe.Pointer(w.w)), handle(unsafe.Pointer(e.ep)), handle(buf), C.size_t(n), raddr,
 			handle(unsafe.Pointer(e.rkey)), handle(unsafe.Pointer(memh)), cbool(flush), handle(unsafe.Pointer(r)))
 		preq, freq, pst, fst := r.preq, r.freq, r.pst, r.fst
-		if pst != C.UCS_OK {
-			op.Finish(ucsErr("put", pst))
-			op.Finish(nil) // no flush for a put that failed
-			break
+		switch {
+		case pst != C.UCS_OK:
+			op = transport.Failed(ucsErr("put", pst))
+		case flush && preq == nil && freq == nil && fst == C.UCS_OK: // put and flush done at once
+			op = transport.Succeeded()
+			e.flushed(nil, C.UCS_OK, nil, e.batch) // the flush covers the batched puts too
+			e.batch = nil
+		default:
+			op = e.newOp(2)
+			w.track(preq, op, "put")
+			if !flush {
+				e.batch = append(e.batch, op)
+				break
+			}
+			ops := e.batch // this flush covers every put batched before it too
+			e.batch = nil
+			e.flushed(freq, fst, op, ops)
 		}
-		w.track(preq, op, "put")
-		if !flush {
-			e.batch = append(e.batch, op)
-			break
-		}
-		ops := e.batch // this flush covers every put batched before it too
-		e.batch = nil
-		e.flushed(freq, fst, op, ops)
 	default:
 		var st C.ucs_status_t
 		req := C.hmc_get(e.ep, buf, C.size_t(n), raddr, e.rkey, memh, &st)
-		if st != C.UCS_OK {
-			op.Finish(ucsErr("get", st))
-			break
+		switch {
+		case st != C.UCS_OK:
+			op = transport.Failed(ucsErr("get", st))
+		case req == nil:
+			op = transport.Succeeded()
+		default:
+			op = e.newOp(1)
+			w.track(req, op, "get")
 		}
-		w.track(req, op, "get")
 	}
 	inFlight := len(w.pending) > 0 || len(e.batch) > 0
 	w.pmu.Unlock()
 	if inFlight && w.sleeping.Load() {
 		C.ucp_worker_signal(w.w) // thread-safe: wakes the loop from its poll to progress them
 	}
+	return op
+}
+
+// newOp returns an Op of parts parts whose waiter progresses the worker.
+func (e *endpoint) newOp(parts int) *transport.Op {
+	op := transport.NewOp(parts)
+	op.SetPoll(time.Duration(e.t.cfg.SpinTime)*time.Microsecond, e.w)
 	return op
 }
 
