@@ -98,11 +98,13 @@ func (o *Op) Err() error {
 
 // A Poller lets the goroutine waiting for an Op drive its completion itself (UCX progress), so
 // that a short operation does not pay a thread wake-up (tens of µs on a VM) on top of a few µs
-// of work. Wait calls Begin before its first Poll and End after its last.
+// of work. Wait calls Begin before its first Poll and End after its last; End's done says
+// whether the Op completed meanwhile (if not, the waiter is about to block, and whatever else
+// progresses the transport should take over at once).
 type Poller interface {
 	Begin()
 	Poll()
-	End()
+	End(done bool)
 }
 
 // SetPoll makes Wait poll for up to d before it blocks, driving p (if not nil) on each poll.
@@ -132,10 +134,10 @@ func (o *Op) Wait(ctx context.Context) error {
 }
 
 // poll polls for up to o.spin and reports whether the Op completed meanwhile.
-func (o *Op) poll() bool {
+func (o *Op) poll() (done bool) {
 	if o.poller != nil {
 		o.poller.Begin()
-		defer o.poller.End()
+		defer func() { o.poller.End(done) }()
 	}
 	for until := time.Now().Add(o.spin); time.Now().Before(until); {
 		if o.poller != nil {

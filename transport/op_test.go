@@ -76,8 +76,8 @@ func TestOpWaitContext(t *testing.T) {
 	if err := o.Wait(ctx); !errors.Is(err, status.ErrTimeout) {
 		t.Fatalf("Wait: %v, want ErrTimeout", err)
 	}
-	if p.polls == 0 || p.begins != 1 || p.ends != 1 {
-		t.Fatalf("Wait polled %d times between %d Begin and %d End, want some between one of each", p.polls, p.begins, p.ends)
+	if p.polls == 0 || p.begins != 1 || p.ends != 1 || p.endedDone {
+		t.Fatalf("Wait polled %d times between %d Begin and %d End (done %v), want some between one of each, not done", p.polls, p.begins, p.ends, p.endedDone)
 	}
 	o.Finish(nil)
 	if err := o.Wait(context.Background()); err != nil {
@@ -85,11 +85,34 @@ func TestOpWaitContext(t *testing.T) {
 	}
 }
 
-type countPoller struct{ begins, polls, ends int }
+type countPoller struct {
+	begins, polls, ends int
+	endedDone           bool
+	finish              *Op // Poll finishes it, if set
+}
 
 func (p *countPoller) Begin() { p.begins++ }
-func (p *countPoller) Poll()  { p.polls++ }
-func (p *countPoller) End()   { p.ends++ }
+func (p *countPoller) Poll() {
+	p.polls++
+	if p.finish != nil {
+		p.finish.Finish(nil)
+		p.finish = nil
+	}
+}
+func (p *countPoller) End(done bool) { p.ends++; p.endedDone = done }
+
+// A poll that completes the Op tells the Poller so at End.
+func TestOpPollCompletes(t *testing.T) {
+	o := NewOp(1)
+	p := &countPoller{finish: o}
+	o.SetPoll(time.Second, p)
+	if err := o.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if p.begins != 1 || p.ends != 1 || !p.endedDone {
+		t.Fatalf("%d Begin, %d End (done %v); want one each, done", p.begins, p.ends, p.endedDone)
+	}
+}
 
 // The shared successful Op: done, no error, and SetPoll / Done from many goroutines at once
 // leave it so (no writes to it: the race detector would say).

@@ -434,6 +434,8 @@ func (w *worker) loop() {
 	spin := time.Duration(w.cfg.SpinTime) * time.Microsecond
 	lastActive := time.Now()
 	var users uint64
+	idleTimer := time.NewTimer(userActive)
+	defer idleTimer.Stop()
 	for idle := 0; ; {
 		if w.stopping.Load() {
 			w.pmu.Lock()
@@ -445,8 +447,13 @@ func (w *worker) loop() {
 		}
 		if w.drivers.Load() > 0 {
 			// Waiters drive progress: stay off the lock they take for every poll and off the
-			// cores they and the peer need until the last one leaves (End kicks us).
-			<-w.kick
+			// cores they and the peer need until the last one leaves (End kicks us if it
+			// leaves without its operation done; else look again a little later).
+			idleTimer.Reset(userActive)
+			select {
+			case <-w.kick:
+			case <-idleTimer.C:
+			}
 			continue
 		}
 		if u := w.users.Load(); u != users {
@@ -473,7 +480,8 @@ func (w *worker) loop() {
 			continue
 		}
 		if now := time.Now(); idle == 64 {
-			lastActive = now // the first idle turns since activity
+			lastActive = now // the first idle turns since activity: spin from here
+			continue
 		} else if now.Sub(lastActive) < spin {
 			continue
 		}
@@ -579,9 +587,12 @@ func (w *worker) Poll() {
 	}
 }
 
-// End hands progress back to the loop when the last waiter leaves.
-func (w *worker) End() {
-	if w.drivers.Add(-1) == 0 {
+// End hands progress back to the loop when the last waiter leaves: at once if its Op is not
+// done (the waiter is about to block); else the loop looks again after userActive, as it does
+// for posters: a stream waits or posts again sooner than that, and waking the loop for every
+// operation cost a thread wake-up and sleep each (one context switch per operation).
+func (w *worker) End(done bool) {
+	if w.drivers.Add(-1) == 0 && !done {
 		w.wake()
 	}
 }

@@ -175,3 +175,42 @@ func TestProgressAfterClose(t *testing.T) {
 	u.Progress()
 	w.Poll() // a poller that loaded the worker before it went
 }
+
+// Operations nobody waits for still complete once the last waiter left with its own done: the
+// loop takes progress back (after userActive) without being kicked, and the target's share of
+// a tcp put is progressed too.
+func TestUnwaitedCompleteAfterWaiterLeaves(t *testing.T) {
+	tr, err := New(Config{TLS: "tcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, chunk = 8, 256 << 10
+	p := transporttest.NewPair(t, tr, n*chunk, n*chunk, 0)
+	src := p.Local.Bytes()
+	for i := range src {
+		src[i] = byte(i*7 + i/chunk)
+	}
+	ctx := context.Background()
+	ops := make([]*transport.Op, n)
+	for i := range ops {
+		if ops[i], err = p.EP.PutAsync(ctx, uint64(i*chunk), uint64(i*chunk), chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ops[0].Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, op := range ops[1:] {
+		select {
+		case <-op.Done(): // no Wait: nobody polls for these
+		case <-time.After(10 * time.Second):
+			t.Fatalf("put %d not complete 10 s after the waiter left", i+1)
+		}
+		if err := op.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(p.Target.Bytes(), src) {
+		t.Fatal("target differs from the source")
+	}
+}
