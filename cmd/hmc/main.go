@@ -4,8 +4,10 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 
 	"github.com/spf13/cobra"
 )
@@ -15,7 +17,9 @@ var version = "dev"
 
 func main() {
 	stop := profile(os.Getenv("HMC_CPUPROFILE"))
+	stopTrace := traceTo(os.Getenv("HMC_TRACE"))
 	err := newRoot().Execute()
+	stopTrace()
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "hmc:", err)
@@ -23,9 +27,22 @@ func main() {
 	}
 }
 
-// profile writes a CPU profile of this process to path (HMC_CPUPROFILE, for `go tool pprof`;
-// a `hmc bench` server child writes path.server), or does nothing when path is empty.
+// profile writes a CPU profile of this process to path (HMC_CPUPROFILE, for `go tool pprof`),
+// or does nothing when path is empty.
 func profile(path string) (stop func()) {
+	return diagnose("cpu profile", path, pprof.StartCPUProfile, pprof.StopCPUProfile)
+}
+
+// traceTo writes a Go execution trace of this process to path (HMC_TRACE, for `go tool trace`:
+// which goroutine ran, blocked or entered C when, and where the runtime took a P away), or
+// does nothing when path is empty.
+func traceTo(path string) (stop func()) {
+	return diagnose("trace", path, trace.Start, trace.Stop)
+}
+
+// diagnose starts a diagnostic writing to path (a `hmc bench` server child writes
+// path.server) and returns what ends it; nothing when path is empty.
+func diagnose(what, path string, start func(io.Writer) error, end func()) (stop func()) {
 	if path == "" {
 		return func() {}
 	}
@@ -34,13 +51,16 @@ func profile(path string) (stop func()) {
 	}
 	f, err := os.Create(path)
 	if err == nil {
-		err = pprof.StartCPUProfile(f)
+		err = start(f)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "hmc: cpu profile:", err)
+		fmt.Fprintf(os.Stderr, "hmc: %s: %v\n", what, err)
+		if f != nil {
+			_ = f.Close()
+		}
 		return func() {}
 	}
-	return func() { pprof.StopCPUProfile(); _ = f.Close() }
+	return func() { end(); _ = f.Close() }
 }
 
 func newRoot() *cobra.Command {

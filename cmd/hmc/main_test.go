@@ -60,13 +60,16 @@ func TestStoreBench(t *testing.T) {
 	}
 }
 
-// HMC_CPUPROFILE writes a CPU profile when the command ends; without it nothing is written.
+// HMC_CPUPROFILE and HMC_TRACE write a CPU profile and an execution trace when the command
+// ends; without them nothing is written.
 func TestProfile(t *testing.T) {
-	profile("")()
-	path := filepath.Join(t.TempDir(), "cpu.prof")
-	stop := profile(path)
-	stop()
-	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
-		t.Fatalf("profile: %v", err)
+	for name, start := range map[string]func(string) func(){"cpu.prof": profile, "trace.out": traceTo} {
+		start("")()
+		path := filepath.Join(t.TempDir(), name)
+		stop := start(path)
+		stop()
+		if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+			t.Fatalf("%s: %v", name, err)
+		}
 	}
 }
