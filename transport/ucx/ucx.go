@@ -449,18 +449,18 @@ func (w *worker) loop() {
 			// Waiters drive progress: stay off the lock they take for every poll and off the
 			// cores they and the peer need until the last one leaves (End kicks us if it
 			// leaves without its operation done; else look again a little later).
-			idleTimer.Reset(userActive)
-			select {
-			case <-w.kick:
-			case <-idleTimer.C:
+			if w.standAside(idleTimer) {
+				users = w.users.Load() // kicked: a waiter is about to block, progress now
 			}
 			continue
 		}
 		if u := w.users.Load(); u != users {
 			// Posters and Transport.Progress callers progress too: the same, but they do not
-			// say when they stop, so look again a little later.
+			// say when they stop, so look again a little later (at once if a waiter gives up).
 			users = u
-			time.Sleep(userActive)
+			if w.standAside(idleTimer) {
+				users = w.users.Load()
+			}
 			lastActive, idle = time.Now(), 0
 			continue
 		}
@@ -597,7 +597,18 @@ func (w *worker) End(done bool) {
 	}
 }
 
-// wake kicks the loop out of waiting for drivers (never blocks; a kick pending is enough).
+// standAside waits for userActive or a kick (wake), and reports whether it was kicked.
+func (w *worker) standAside(t *time.Timer) bool {
+	t.Reset(userActive)
+	select {
+	case <-w.kick:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// wake kicks the loop out of standing aside (never blocks; a kick pending is enough).
 func (w *worker) wake() {
 	select {
 	case w.kick <- struct{}{}:
