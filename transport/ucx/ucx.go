@@ -621,9 +621,15 @@ func (w *worker) wake() {
 func (w *worker) call(f func()) {
 	w.pmu.Lock()
 	f()
+	w.signalLocked()
 	w.pmu.Unlock()
-	if w.sleeping.Load() {
-		C.ucp_worker_signal(w.w) // thread-safe: wakes the loop from its poll
+}
+
+// signalLocked wakes the loop from its event fd if it sleeps there. Caller holds pmu, so the
+// worker cannot be destroyed meanwhile (the loop destroys it under pmu).
+func (w *worker) signalLocked() {
+	if w.sleeping.Load() && !w.gone {
+		C.ucp_worker_signal(w.w) // thread-safe
 	}
 }
 
@@ -641,7 +647,14 @@ func (w *worker) track(req unsafe.Pointer, op *transport.Op, what string) {
 func (w *worker) stop() {
 	w.stopping.Store(true)
 	w.wake()
-	C.ucp_worker_signal(w.w)
+	// Wake the loop from its event fd too, unless it already saw stopping and destroyed the
+	// worker: signalling a destroyed worker crashed (~1 % of `hmc bench` runs at exit, once the
+	// loop spent more of its time waiting for a kick).
+	w.pmu.Lock()
+	if !w.gone {
+		C.ucp_worker_signal(w.w) // thread-safe
+	}
+	w.pmu.Unlock()
 	<-w.done
 }
 
@@ -1080,11 +1093,10 @@ func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, memh C.ucp_mem_h, remot
 			w.track(req, op, "get")
 		}
 	}
-	inFlight := len(w.pending) > 0 || len(e.batch) > 0
-	w.pmu.Unlock()
-	if inFlight && w.sleeping.Load() {
-		C.ucp_worker_signal(w.w) // thread-safe: wakes the loop from its poll to progress them
+	if len(w.pending) > 0 || len(e.batch) > 0 {
+		w.signalLocked() // something is in flight: the loop must progress it
 	}
+	w.pmu.Unlock()
 	return op
 }
 

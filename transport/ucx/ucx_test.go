@@ -214,3 +214,30 @@ func TestUnwaitedCompleteAfterWaiterLeaves(t *testing.T) {
 		t.Fatal("target differs from the source")
 	}
 }
+
+// Closing the last user stops the worker while its loop stands aside: stop must not touch
+// the worker once the loop may have destroyed it (ucp_worker_signal on a destroyed worker
+// crashed ~1 % of `hmc bench` runs at exit).
+func TestStopWhileStandingAside(t *testing.T) {
+	n := 300
+	if testing.Short() {
+		n = 50
+	}
+	for i := range n {
+		tr, err := New(Config{TLS: "posix,cma,self"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := transporttest.NewPairOf(t, tr, "127.0.0.1:0", transporttest.HostBuf(t, 4096), transporttest.HostBuf(t, 4096), 0)
+		if err := transport.Put(context.Background(), p.EP, 0, 0, 4096); err != nil {
+			t.Fatal(i, err)
+		}
+		// The loop has seen a post: it stands aside now, waiting for a kick or userActive.
+		if err := p.EP.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Server.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
