@@ -376,7 +376,7 @@ type worker struct {
 	stopping atomic.Bool
 	drivers  atomic.Int32  // waiters polling (driving progress) now
 	users    atomic.Uint64 // bumped by every post and every Transport.Progress
-	kick     chan struct{} // wakes the loop: the last driver left, or stop (capacity 1)
+	kick     chan struct{} // makes the loop progress now: a waiter about to block, or stop (capacity 1)
 	done     chan struct{}
 }
 
