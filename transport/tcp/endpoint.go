@@ -178,10 +178,10 @@ func (ep *endpoint) post(ctx context.Context, op uint8, localOff, remoteOff, n u
 	}
 	chunk := ep.cfg.ChunkSize
 	parts := (n + chunk - 1) / chunk
-	o := transport.NewOp(int(parts))
 	if parts == 0 {
-		return o, nil
+		return transport.Succeeded(), nil
 	}
+	o := transport.NewOp(int(parts))
 	var first *lane
 	if parts == 1 {
 		first = ep.pickLane()

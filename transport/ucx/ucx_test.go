@@ -228,7 +228,7 @@ func TestStopWhileStandingAside(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := transporttest.NewPairOf(t, tr, "127.0.0.1:0", transporttest.HostBuf(t, 4096), transporttest.HostBuf(t, 4096), 0)
+		p := transporttest.NewPair(t, tr, 4096, 4096, 0)
 		if err := transport.Put(context.Background(), p.EP, 0, 0, 4096); err != nil {
 			t.Fatal(i, err)
 		}
