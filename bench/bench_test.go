@@ -12,6 +12,7 @@ import (
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
+	"github.com/hmc-go/hmc/transport/ucx"
 )
 
 func TestParseSizes(t *testing.T) {
@@ -113,7 +114,12 @@ func runCase(ctx context.Context, t *testing.T, cfg Config) {
 	})
 }
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if err := ucx.ExecWithoutErrorSignals(); err != nil { // a fault in UCX shows the Go stacks
+		panic(err)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // Plain puts and gets of a GPU ConnBuffer (the emulation without a CUDA device), moved by the
 // transport's own device path: TCP stages through its ring, SHM copies the device memory into the

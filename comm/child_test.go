@@ -23,6 +23,9 @@ import (
 
 // The test binary re-executes itself as the peer process when HMC_COMM_CHILD is set.
 func TestMain(m *testing.M) {
+	if err := ucx.ExecWithoutErrorSignals(); err != nil { // a fault in UCX shows the Go stacks
+		panic(err)
+	}
 	if os.Getenv("HMC_COMM_CHILD") == "server" {
 		if err := childServer(); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)

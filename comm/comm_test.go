@@ -573,3 +573,65 @@ func TestSHMWorksWhileTargetIsStopped(t *testing.T) {
 		t.Fatal("target's region differs after it resumed")
 	}
 }
+
+// TestCloseUnderLoad closes the Communicator while goroutines have transfers of every kind in
+// flight to a peer process (blocking, non-blocking + Wait, pipelines, a control receive): each
+// ends with a result or ErrClosed / ErrPeerClosed, promptly, and nothing leaks (goleak).
+func TestCloseUnderLoad(t *testing.T) { forEachTransportAndUCX(t, testCloseUnderLoad) }
+
+func testCloseUnderLoad(t *testing.T, ct transport.ConnType) {
+	s := connect(t, ctrl.TCP, ct)
+	p := s.peerPort()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 8 << 20
+	work := []func(i int) error{
+		func(i int) error { return s.c.Put(ctx, "127.0.0.1", p, uint64(i)*n, uint64(i)*n, n, s.ct) },
+		func(i int) error { return s.c.Get(ctx, "127.0.0.1", p, uint64(i)*n, uint64(i)*n, n, s.ct) },
+		func(i int) error {
+			var ids []uint64
+			for k := range 4 {
+				id, err := s.c.PutNB(ctx, "127.0.0.1", p, uint64(i)*n+uint64(k)<<20, uint64(i)*n, 1<<20, s.ct)
+				if err != nil {
+					return err
+				}
+				ids = append(ids, id)
+			}
+			return s.c.Wait(ctx, ids...)
+		},
+		func(i int) error {
+			return s.c.PutPipeline(ctx, "127.0.0.1", p, uint64(i)*n, uint64(i)*n, n, 1<<20, 4, s.ct)
+		},
+	}
+	errs := make(chan error, len(work)+1)
+	var wg sync.WaitGroup
+	for i, f := range work {
+		wg.Go(func() {
+			for {
+				if err := f(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		_, err := s.c.CtrlRecv(ctx, 0)
+		errs <- err
+	})
+	time.Sleep(50 * time.Millisecond)
+	if err := s.c.Close(); err != nil {
+		t.Fatalf("close under load: %v", err)
+	}
+	start := time.Now()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, status.ErrClosed) && !errors.Is(err, status.ErrPeerClosed) {
+			t.Errorf("after Close: %v", err)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("transfers took %v to end after Close", d)
+	}
+}

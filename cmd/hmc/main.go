@@ -10,12 +10,18 @@ import (
 	"runtime/trace"
 
 	"github.com/spf13/cobra"
+
+	"github.com/hmc-go/hmc/transport/ucx"
 )
 
 // version is set with -ldflags "-X main.version=...".
 var version = "dev"
 
 func main() {
+	// A fault inside UCX (ucx builds) must reach Go's handler, which prints the Go stacks.
+	if err := ucx.ExecWithoutErrorSignals(); err != nil {
+		fmt.Fprintln(os.Stderr, "hmc:", err)
+	}
 	stop := profile(os.Getenv("HMC_CPUPROFILE"))
 	stopTrace := traceTo(os.Getenv("HMC_TRACE"))
 	err := newRoot().Execute()

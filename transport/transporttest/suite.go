@@ -64,6 +64,7 @@ func Run(t *testing.T, o Options) {
 	t.Run("Cancel", func(t *testing.T) { testCancel(t, o) })
 	t.Run("CloseWithOpsInFlight", func(t *testing.T) { testCloseInFlight(t, o) })
 	t.Run("TargetGone", func(t *testing.T) { testTargetGone(t, o) })
+	t.Run("CloseUnderLoad", func(t *testing.T) { testCloseUnderLoad(t, o) })
 	t.Run("AcceptedBeforeDialReturns", func(t *testing.T) { testAcceptedFirst(t, o) })
 }
 
@@ -397,5 +398,142 @@ func testAcceptedFirst(t *testing.T, o Options) {
 		if !ok {
 			t.Fatalf("dial %d returned before the server's OnAccept", i)
 		}
+	}
+}
+
+// closeLoadWorkers is how many goroutines keep transfers of every kind in flight while
+// testCloseUnderLoad closes things under them.
+const closeLoadWorkers = 4
+
+// testCloseUnderLoad closes the endpoint, the server, or both at once, while several goroutines
+// keep puts and gets of every kind (blocking, async waited in order, async waited out of
+// order, sizes from 1 byte to several chunks) in flight. Every operation must end — with a
+// result, or with ErrClosed / ErrPeerClosed — well within the deadline, and no byte outside the
+// ranges the transfers named may change on either side.
+func testCloseUnderLoad(t *testing.T, o Options) {
+	for _, what := range []string{"endpoint", "server", "both"} {
+		t.Run(what, func(t *testing.T) {
+			for round := range 3 {
+				closeUnderLoad(t, o, what, round)
+			}
+		})
+	}
+}
+
+func closeUnderLoad(t *testing.T, o Options, what string, round int) {
+	const (
+		size  = 8 << 20
+		guard = 4096 // the last guard bytes of both regions are never named by a transfer
+		span  = size - guard
+	)
+	p := o.pair(t, size, size)
+	Fill(p.Local.Bytes()[:span], uint32(round)+1)
+	lg := append([]byte(nil), p.Local.Bytes()[span:]...)
+	tg := append([]byte(nil), p.Target.Bytes()[span:]...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		ops      atomic.Int64
+		firstErr = make(chan error, closeLoadWorkers)
+	)
+	fail := func(err error) {
+		select {
+		case firstErr <- err:
+		default:
+		}
+	}
+	// ok reports whether err is an allowed outcome: none, or the endpoint's or peer's closure.
+	ok := func(err error) bool {
+		return err == nil || errors.Is(err, status.ErrClosed) || errors.Is(err, status.ErrPeerClosed)
+	}
+	for g := range closeLoadWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x := uint64(g*7919 + round*104729 + 1)
+			next := func(n uint64) uint64 { // xorshift: a fixed sequence per worker and round
+				x ^= x << 13
+				x ^= x >> 7
+				x ^= x << 17
+				return x % n
+			}
+			for {
+				n := 1 + next(3<<20)
+				if next(4) == 0 {
+					n = 1 + next(64)
+				}
+				off := next(span - n + 1)
+				var err error
+				switch next(4) {
+				case 0:
+					err = transport.Put(ctx, p.EP, off, off, n)
+				case 1:
+					err = transport.Get(ctx, p.EP, off, off, n)
+				case 2, 3:
+					var batch []*transport.Op
+					for range 4 {
+						var op *transport.Op
+						if next(2) == 0 {
+							op, err = p.EP.PutAsync(ctx, off, off, n)
+						} else {
+							op, err = p.EP.GetAsync(ctx, off, off, n)
+						}
+						if err != nil {
+							break
+						}
+						batch = append(batch, op)
+					}
+					for i := range batch { // half of the rounds wait last-posted first
+						op := batch[i]
+						if next(2) == 0 {
+							op = batch[len(batch)-1-i]
+						}
+						if werr := op.Wait(ctx); err == nil {
+							err = werr
+						}
+					}
+				}
+				ops.Add(1)
+				if !ok(err) {
+					fail(fmt.Errorf("%s %d after close: %w", what, n, err))
+					return
+				}
+				if err != nil {
+					return // the closure reached this worker
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Duration(5+5*round) * time.Millisecond) // let transfers of every kind start
+	switch what {
+	case "endpoint":
+		_ = p.EP.Close()
+	case "server":
+		_ = p.Server.Close()
+	case "both":
+		var cw sync.WaitGroup
+		for _, c := range []func() error{p.EP.Close, p.Server.Close} {
+			cw.Add(1)
+			go func() { defer cw.Done(); _ = c() }()
+		}
+		cw.Wait()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("close %s under load: transfers still running 15 s later (%d done)", what, ops.Load())
+	}
+	select {
+	case err := <-firstErr:
+		t.Fatal(err)
+	default:
+	}
+	_ = p.EP.Close()
+	_ = p.Server.Close()
+	if !bytes.Equal(p.Local.Bytes()[span:], lg) || !bytes.Equal(p.Target.Bytes()[span:], tg) {
+		t.Fatalf("close %s under load: bytes outside every transfer's range changed", what)
 	}
 }

@@ -33,6 +33,24 @@
 //     worker destroyed) when the last one closes; the context when its last worker and buffer
 //     are gone.
 //
+// Closing: an endpoint's Close lets every request it gave UCX complete (land, or fail when the
+// target is gone) before it closes the UCX endpoint. UCX 1.13 crashes when a forced close purges
+// a queued zero-copy RMA request (SIGSEGV in ucp_mem_rereg_mds from uct_tcp_ep_pending_purge),
+// so a forced close must never find one; a target that neither completes nor fails them within
+// Config.CloseTimeout leaves the endpoint (and its worker) abandoned instead of freed under UCX.
+// Staged transfers' goroutines belong to their endpoint, whose Close waits for them.
+//
+// Signals: libucs installs handlers for SIGSEGV, SIGBUS, SIGILL and SIGFPE in its library
+// constructor (UCX_ERROR_SIGNALS), before the Go runtime starts. The runtime then installs its
+// own and forwards to UCX's only the faults that happen in C code: a fault in Go code is still
+// a Go panic, but a fault inside UCX prints UCX's C backtrace, which ends at the cgo boundary
+// and hides the Go call that led there (and which goroutines were doing what). So UCX may not
+// keep those handlers in a process we start: the hmc command and this module's test binaries
+// call ExecWithoutErrorSignals first, which re-executes the program once with
+// UCX_ERROR_SIGNALS set empty (an explicit UCX_ERROR_SIGNALS in the environment is kept).
+// Programs that load libhmc.so (C, Python) keep UCX's handlers unless they set the variable
+// themselves; nothing else in the process depends on them.
+//
 // Memory UCX cannot register (GPU memory: Debian's UCX has no CUDA support) is refused with
 // status.ErrUnsupported.
 package ucx

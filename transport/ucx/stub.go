@@ -4,6 +4,7 @@ package ucx
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/status"
@@ -17,8 +18,9 @@ var errNotBuilt = fmt.Errorf("ucx: %w: this binary was built without UCX (go bui
 
 // Config configures the transport (see the ucx build).
 type Config struct {
-	TLS      string
-	SpinTime int
+	TLS          string
+	SpinTime     int
+	CloseTimeout time.Duration
 }
 
 // New returns a transport whose calls fail with ErrUnsupported (no UCX in this build).
@@ -35,3 +37,6 @@ func Resources() ([]Resource, error) { return nil, errNotBuilt }
 
 // NewHostBuffer returns ErrUnsupported (no UCX in this build).
 func NewHostBuffer(uint64, Config) (*buffer.ConnBuffer, error) { return nil, errNotBuilt }
+
+// ExecWithoutErrorSignals does nothing: without UCX no handler is installed.
+func ExecWithoutErrorSignals() error { return nil }

@@ -209,7 +209,10 @@ type Config struct {
 	// software-emulated RMA — UCX's shared-memory transports on memory UCX did not allocate —
 	// must answer each fragment; a sleeping target costs a thread wake-up per fragment).
 	SpinTime int
-	rdma     bool
+	// CloseTimeout bounds how long an endpoint's Close waits for its requests in flight to
+	// complete or fail before it abandons the endpoint (see endpoint.Close). Zero: 30 s.
+	CloseTimeout time.Duration
+	rdma         bool
 }
 
 // Resource is one UCX transport on one device, as UCT lists them.
@@ -372,6 +375,7 @@ type worker struct {
 	statuses []C.ucs_status_t // hmc_poll's answers; guarded by pmu
 	posted   *C.hmc_posted    // hmc_post_put's answers (C memory); guarded by pmu
 	gone     bool             // the worker is destroyed: a late Poll must not touch it; guarded by pmu
+	abandon  atomic.Int32     // endpoints closed with requests still in flight (never freed)
 	sleeping atomic.Bool
 	stopping atomic.Bool
 	drivers  atomic.Int32  // waiters polling (driving progress) now
@@ -383,6 +387,7 @@ type worker struct {
 // pend is a UCX request an Op waits for.
 type pend struct {
 	req   unsafe.Pointer
+	ep    *endpoint     // whose request it is (its inflight count); nil for none
 	op    *transport.Op // the Op a part of which completes with req (for a flush: the put it followed)
 	what  string
 	flush *endpoint       // a flush of this endpoint: on completion, ops finish and the next batch flushes
@@ -441,7 +446,7 @@ func (w *worker) loop() {
 			w.pmu.Lock()
 			n := len(w.pending)
 			w.pmu.Unlock()
-			if n == 0 {
+			if n == 0 || w.abandon.Load() > 0 {
 				break
 			}
 		}
@@ -500,12 +505,17 @@ func (w *worker) loop() {
 		lastActive, idle = time.Now(), 0
 	}
 	w.pmu.Lock()
-	C.hmc_drain(w.w)
-	C.ucp_worker_destroy(w.w)
-	C.free(unsafe.Pointer(w.posted))
 	w.gone = true
+	leak := w.abandon.Load() > 0
+	if !leak {
+		C.hmc_drain(w.w)
+		C.ucp_worker_destroy(w.w)
+		C.free(unsafe.Pointer(w.posted))
+	}
 	w.pmu.Unlock()
-	w.uctx.release()
+	if !leak { // an abandoned endpoint's requests may still be queued: destroying would purge them
+		w.uctx.release()
+	}
 }
 
 // userActive is how long the loop leaves progress to posters and Transport.Progress callers
@@ -552,6 +562,9 @@ func (w *worker) complete(sts []C.ucs_status_t) bool {
 			continue
 		}
 		any = true // hmc_poll freed the request
+		if p.ep != nil {
+			p.ep.inflight--
+		}
 		var err error
 		if st != C.UCS_OK {
 			err = ucsErr(p.what, st)
@@ -633,15 +646,23 @@ func (w *worker) signalLocked() {
 	}
 }
 
-// track makes op wait for req (nil: already complete). Caller holds pmu.
-func (w *worker) track(req unsafe.Pointer, op *transport.Op, what string) {
+// track makes op wait for req (nil: already complete), a request of e. Caller holds pmu.
+func (w *worker) track(e *endpoint, req unsafe.Pointer, op *transport.Op, what string) {
 	if req == nil {
 		if op != nil {
 			op.Finish(nil)
 		}
 		return
 	}
-	w.pending = append(w.pending, &pend{req: req, op: op, what: what})
+	w.add(&pend{req: req, ep: e, op: op, what: what})
+}
+
+// add makes p pending and counts it in flight on its endpoint. Caller holds pmu.
+func (w *worker) add(p *pend) {
+	if p.ep != nil {
+		p.ep.inflight++
+	}
+	w.pending = append(w.pending, p)
 }
 
 func (w *worker) stop() {
@@ -848,6 +869,10 @@ type endpoint struct {
 	// at the target when its Op completes, and a stream of puts pays one flush per batch.
 	flushing int // flushes in flight (at most maxFlushes)
 	batch    []*transport.Op
+	inflight int // this endpoint's requests in w.pending; guarded by pmu
+
+	stagingMu sync.Mutex     // orders staging.Add after closed is set against Close's Wait
+	staging   sync.WaitGroup // staged transfers' goroutines (staged); Close waits for them
 }
 
 // finishAll finishes every op with err.
@@ -869,10 +894,6 @@ func (e *endpoint) flushBatch() {
 	}
 	ops := e.batch
 	e.batch = nil
-	if e.closed.Load() {
-		finishAll(ops, fmt.Errorf("ucx: endpoint: %w", status.ErrClosed))
-		return
-	}
 	var st C.ucs_status_t
 	req := C.hmc_flush(e.ep, &st)
 	e.flushed(req, st, nil, ops)
@@ -888,7 +909,7 @@ func (e *endpoint) flushed(req unsafe.Pointer, st C.ucs_status_t, op *transport.
 		err = ucsErr("flush", st)
 	case req != nil:
 		e.flushing++
-		e.w.pending = append(e.w.pending, &pend{req: req, what: "flush", flush: e, op: op, ops: ops})
+		e.w.add(&pend{req: req, ep: e, what: "flush", flush: e, op: op, ops: ops})
 		return
 	}
 	if op != nil {
@@ -1071,7 +1092,7 @@ func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, memh C.ucp_mem_h, remot
 			e.batch = nil
 		default:
 			op = e.newOp(2)
-			w.track(preq, op, "put")
+			w.track(e, preq, op, "put")
 			if !flush {
 				e.batch = append(e.batch, op)
 				break
@@ -1090,7 +1111,7 @@ func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, memh C.ucp_mem_h, remot
 			op = transport.Succeeded()
 		default:
 			op = e.newOp(1)
-			w.track(req, op, "get")
+			w.track(e, req, op, "get")
 		}
 	}
 	if len(w.pending) > 0 || len(e.batch) > 0 {
@@ -1117,45 +1138,99 @@ func cbool(b bool) C.int {
 	return 0
 }
 
-// Close lets operations in flight land (closeFlush at most, unless the target is gone), then
-// closes the UCX endpoint by force (what is still in flight fails), unmaps the local region
-// and releases the worker. Idempotent.
+// Close stops new operations (they fail with ErrClosed), lets every request of the endpoint
+// already given to UCX complete — land, or fail if the target is gone — then closes the UCX
+// endpoint, unmaps the local region and releases the worker. Idempotent.
+//
+// The UCX endpoint is closed only once none of its requests is in flight: closing it by force
+// with requests still queued makes UCX 1.13 purge them, and its purge of a queued zero-copy RMA
+// request crashes the process (SIGSEGV in ucp_mem_rereg_mds, from ucp_request_memory_dereg <-
+// ucp_request_send_state_ff <- uct_tcp_ep_pending_purge <- ucp_ep_close_nbx; reproduced with a
+// core dump, about 1 close in 10 with 256 MiB in flight over tcp once the flush before the
+// close was cut short). A target that is alive completes them; a dead one makes UCX fail them
+// (peer error handling, or the kernel refusing cross-memory attach to a gone process). A target
+// that neither answers nor dies for Config.CloseTimeout leaves the endpoint abandoned: Close
+// returns ErrTimeout, and the endpoint's UCX resources (and its worker) are never freed rather
+// than freed under UCX's feet.
 func (e *endpoint) Close() error {
+	var err error
 	e.closeOnce.Do(func() {
+		e.stagingMu.Lock()
 		e.closed.Store(true)
-		if e.dead.Load() == nil && *e.errflag == 0 {
-			// Let what is in flight land first (closeFlush at most): the forced close below
-			// purges requests still queued, and UCX 1.13 can crash deregistering a purged
-			// zero-copy put (ucp_mem_rereg_mds from uct_tcp_ep_pending_purge).
-			e.w.call(func() {
-				var st C.ucs_status_t
-				if req := C.hmc_flush(e.ep, &st); st == C.UCS_OK {
-					e.w.waitFor(req, closeFlush)
-				}
-			})
-		}
+		e.stagingMu.Unlock()
+		drained := e.drain()
 		_ = e.link.Close()
 		<-e.linkDone
+		e.staging.Wait() // staged transfers end: their pieces completed in drain, new ones fail
+		if !drained {
+			e.w.abandon.Add(1)
+			err = fmt.Errorf("ucx: close: requests still in flight after %v, the target neither completes nor fails them; endpoint abandoned: %w",
+				e.t.closeTimeout(), status.ErrTimeout)
+			e.t.release()
+			return
+		}
 		e.w.call(func() {
-			// Requests of this endpoint still pending complete (with an error) once it is
-			// closed by force; the loop finishes their Ops.
+			// Nothing of this endpoint is queued in UCX any more: the forced close purges nothing.
 			e.w.wait(C.hmc_ep_close(e.ep, 1))
-			C.ucp_rkey_destroy(e.rkey)                                            // after the close: a put it purged still used it
-			finishAll(e.batch, fmt.Errorf("ucx: endpoint: %w", status.ErrClosed)) // puts that waited for a flush that will not come
-			e.batch = nil
+			C.ucp_rkey_destroy(e.rkey)
 		})
-		e.stageMu.Lock() // a staged transfer in progress has failed out by now
+		e.stageMu.Lock()
 		e.unmapLocal()
 		e.stageMu.Unlock()
 		e.t.release()
 		// errflag stays allocated: UCX may not call the error callback after close, but a late
 		// check must not read freed memory (4 bytes per endpoint ever closed).
 	})
-	return nil
+	return err
 }
 
-// closeFlush bounds how long Close lets operations in flight land before closing by force.
-const closeFlush = 2 * time.Second
+// drain flushes the endpoint and progresses the worker until none of its requests is in flight
+// (Config.CloseTimeout at most); puts waiting for a flush go with the drain's flush. It reports
+// whether the endpoint drained. Called once closed is set, so nothing new is posted.
+func (e *endpoint) drain() bool {
+	w := e.w
+	deadline := time.Now().Add(e.t.closeTimeout())
+	spinUntil := time.Now().Add(time.Duration(e.t.cfg.SpinTime) * time.Microsecond)
+	flushed := false
+	for {
+		var done bool
+		w.call(func() {
+			if !flushed {
+				flushed = true
+				ops := e.batch
+				e.batch = nil
+				var st C.ucs_status_t
+				req := C.hmc_flush(e.ep, &st)
+				e.flushed(req, st, nil, ops)
+			}
+			w.progress()
+			done = e.inflight == 0
+		})
+		if done {
+			return true
+		}
+		now := time.Now()
+		if now.After(deadline) {
+			return false
+		}
+		if now.After(spinUntil) {
+			time.Sleep(50 * time.Microsecond) // a slow target: leave the cores to it
+		} else {
+			runtime.Gosched()
+		}
+	}
+}
+
+// closeTimeout is Config.CloseTimeout or its default.
+func (t *Transport) closeTimeout() time.Duration {
+	if t.cfg.CloseTimeout > 0 {
+		return t.cfg.CloseTimeout
+	}
+	return defaultCloseTimeout
+}
+
+// defaultCloseTimeout bounds how long Close waits for requests in flight to complete or fail.
+const defaultCloseTimeout = 30 * time.Second
 
 // hasCUDA says whether this UCX can move CUDA memory itself (its resources include a CUDA
 // memory domain); then device regions are registered directly instead of staged.
@@ -1207,12 +1282,21 @@ func (e *endpoint) unmapLocal() {
 }
 
 // staged runs a transfer of a device local region through the ring on its own goroutine
-// (owned by the returned Op, which completes when it returns): a put copies chunk i+1 from the
-// device while chunk i is on its way; a get keeps the ring's chunks in flight and copies each to
-// the device as it arrives.
+// (owned by the endpoint: Close waits for it; the returned Op completes when it returns): a put
+// copies chunk i+1 from the device while chunk i is on its way; a get keeps the ring's chunks in
+// flight and copies each to the device as it arrives.
 func (e *endpoint) staged(put bool, localOff, remoteOff, n uint64) *transport.Op {
+	e.stagingMu.Lock()
+	defer e.stagingMu.Unlock()
+	if e.closed.Load() {
+		return transport.Failed(fmt.Errorf("ucx: endpoint: %w", status.ErrClosed))
+	}
 	op := transport.NewOp(1)
-	go func() { op.Finish(e.runStaged(put, localOff, remoteOff, n)) }()
+	e.staging.Add(1)
+	go func() {
+		defer e.staging.Done()
+		op.Finish(e.runStaged(put, localOff, remoteOff, n))
+	}()
 	return op
 }
 

@@ -20,6 +20,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if err := ExecWithoutErrorSignals(); err != nil {
+		panic(err)
+	}
 	if os.Getenv("UCX_NET_DEVICES") == "" {
 		os.Setenv("UCX_NET_DEVICES", "lo") // tests talk over loopback only
 	}
