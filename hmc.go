@@ -31,6 +31,7 @@ var (
 	ErrPeerClosed    = status.ErrPeerClosed
 	ErrProtocol      = status.ErrProtocol
 	ErrCanceled      = status.ErrCanceled
+	ErrPermission    = status.ErrPermission
 )
 
 // CodeOf returns the Status of an error (Success for nil).

@@ -8,7 +8,7 @@ import (
 
 // layer of each package of the module (STYLE.md §2): imports must point down.
 var layers = map[string]int{
-	"status": 0, "internal/acceptor": 0, "internal/etcdproc": 0, "internal/etcdtest": 1, "memory": 1, "buffer": 2, "ctrl": 2,
+	"status": 0, "internal/acceptor": 0, "internal/peercred": 1, "internal/etcdproc": 0, "internal/etcdtest": 1, "memory": 1, "buffer": 2, "ctrl": 2,
 	"transport": 3, "transport/tcp": 3, "transport/shm": 3, "transport/transporttest": 3, "transport/ucx": 3,
 	"comm": 4, "collective": 5,
 	"fabric/store": 5, "fabric/store/storetest": 5, "fabric/group": 5, "": 6, "bench": 6, "cmd/hmc": 7, "capi": 7,

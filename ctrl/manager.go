@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hmc-go/hmc/internal/peercred"
 	"github.com/hmc-go/hmc/status"
 )
 
@@ -76,6 +77,10 @@ type Config struct {
 	InboxDepth int
 	// HelloTimeout bounds how long an accepted connection may take to send its HELLO (default 5 s).
 	HelloTimeout time.Duration
+	// AllowUIDs lists the users, besides this process's own, whose processes may connect to the
+	// Unix socket (or serve the one this Manager dials). The kernel's record of the peer
+	// (SO_PEERCRED) is checked before the HELLO is read or sent. Nil: this process's user only.
+	AllowUIDs []uint32
 	// Logger receives connection events; nil means silent.
 	Logger *slog.Logger
 }
@@ -254,6 +259,13 @@ func (m *Manager) acceptLoop(l net.Listener) {
 func (m *Manager) handshake(c net.Conn) {
 	defer m.wg.Done()
 	defer func() { <-m.hellos }()
+	if uc, ok := c.(*net.UnixConn); ok {
+		if _, err := (peercred.Policy{UIDs: m.cfg.AllowUIDs}).Check(uc); err != nil {
+			m.cfg.Logger.Warn("ctrl: refused a connection", "path", uc.LocalAddr(), "err", err)
+			_ = c.Close() // refused peer: told nothing
+			return
+		}
+	}
 	_ = c.SetReadDeadline(time.Now().Add(m.cfg.HelloTimeout))
 	var h Header
 	var p [helloLen]byte
@@ -299,6 +311,12 @@ func (m *Manager) dial(ctx context.Context, peerID, selfID uint32, network, addr
 			return fmt.Errorf("ctrl: dial rank %d at %s: %w", peerID, addr, cerr)
 		}
 		return fmt.Errorf("ctrl: dial rank %d at %s %s: %w: %w", peerID, network, addr, status.ErrFailed, err)
+	}
+	if uc, ok := c.(*net.UnixConn); ok {
+		if _, err := (peercred.Policy{UIDs: m.cfg.AllowUIDs}).Check(uc); err != nil {
+			_ = c.Close() // a socket of another user: nothing is sent to it
+			return fmt.Errorf("ctrl: dial rank %d at %s: %w", peerID, addr, err)
+		}
 	}
 	hello := AppendHello(make([]byte, 0, HeaderSize+helloLen), selfID)
 	if dl, ok := ctx.Deadline(); ok {

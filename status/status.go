@@ -107,6 +107,9 @@ var (
 	ErrPeerClosed = finer(Error, "hmc: peer closed")
 	// ErrProtocol (ERROR): a peer sent a malformed, oversized or unexpected frame.
 	ErrProtocol = finer(Error, "hmc: protocol error")
+	// ErrPermission (ERROR): a peer was refused: its credentials (the user of a local process)
+	// are not admitted by the listener's or dialer's policy.
+	ErrPermission = finer(Error, "hmc: permission denied")
 	// ErrCanceled (ERROR): the caller's context was cancelled. Errors from a cancelled context
 	// wrap both ErrCanceled and context.Canceled.
 	ErrCanceled = finer(Error, "hmc: canceled")

@@ -61,6 +61,7 @@ func TestFinerSentinelsMatchTheirCode(t *testing.T) {
 		{ErrPeerClosed, ErrFailed, Error},
 		{ErrProtocol, ErrFailed, Error},
 		{ErrCanceled, ErrFailed, Error},
+		{ErrPermission, ErrFailed, Error},
 	}
 	for _, c := range cases {
 		w := fmt.Errorf("put off %d: %w", 7, c.err)

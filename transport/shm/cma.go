@@ -10,13 +10,18 @@ import (
 	"github.com/hmc-go/hmc/status"
 )
 
-// AllowPeerAccess lets other processes of this user read and write this process's memory with
+// AllowPeerAccess lets process pid — a peer this process admitted (same user, or one its
+// policy allows, as the kernel checks too) — read and write this process's memory with
 // cross-memory attach where the Yama LSM restricts ptrace to descendants
-// (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)). It is harmless where Yama is absent. A target
-// whose arbitrary (unregistered) memory peers should reach calls it once.
-func AllowPeerAccess() error {
-	if err := unix.Prctl(unix.PR_SET_PTRACER, unix.PR_SET_PTRACER_ANY, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("shm: prctl(PR_SET_PTRACER): %w: %w", status.ErrUnsupported, err)
+// (prctl(PR_SET_PTRACER, pid)); it is harmless where Yama is absent. Yama keeps one such
+// exception per process: the last pid given replaces the one before. Nothing here ever opens
+// this process to every process of the user (PR_SET_PTRACER_ANY).
+func AllowPeerAccess(pid int) error {
+	if pid <= 0 {
+		return fmt.Errorf("shm: allow peer access: pid %d: %w", pid, status.ErrInvalidConfig)
+	}
+	if err := unix.Prctl(unix.PR_SET_PTRACER, uintptr(pid), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("shm: prctl(PR_SET_PTRACER, %d): %w: %w", pid, status.ErrUnsupported, err)
 	}
 	return nil
 }

@@ -17,7 +17,7 @@ import (
 // cmaChild, run when HMC_SHM_CMA_CHILD=1, exposes an ordinary Go slice (no memfd, never
 // registered) and checks what a peer wrote into it.
 func cmaChild() {
-	if err := AllowPeerAccess(); err != nil {
+	if err := AllowPeerAccess(os.Getppid()); err != nil { // the test process, and nobody else
 		fmt.Println("ERR", err)
 		return
 	}

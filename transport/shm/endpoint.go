@@ -61,6 +61,12 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 		_ = c.Close()
 		return nil, fmt.Errorf("shm: listen port %d: %w", cfg.ListenPort, status.ErrInvalidConfig)
 	}
+	// Whoever holds the socket's name gets our hello and would get our puts: a process of
+	// another user that took the name first is refused before anything is sent.
+	if _, err := t.cfg.peers().Check(c); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("shm: dial %s: %w", cfg.Addr, err)
+	}
 	whole, err := t.handshake(ctx, c, hello{rank: cfg.Rank, listenPort: uint16(cfg.ListenPort), ip: cfg.LocalIP}, myBoot)
 	if err != nil {
 		_ = c.Close() // the handshake failed; its error is reported

@@ -60,6 +60,12 @@ func (s *server) Close() error {
 // serve hands the memfd to one initiator, then holds the link open until either side closes
 // (on a goroutine owned by s.links, which closes c when it returns).
 func (s *server) serve(c *net.UnixConn) {
+	// The abstract socket has no file permissions: admit the peer by its kernel-recorded user
+	// before reading or sending anything (the offer carries the region's descriptor).
+	if _, err := s.t.cfg.peers().Check(c); err != nil {
+		s.t.cfg.Logger.Warn("shm: refused a connection", "addr", s.Addr(), "err", err)
+		return
+	}
 	_ = c.SetDeadline(time.Now().Add(s.t.cfg.HandshakeTimeout))
 	b := make([]byte, helloSize)
 	if _, err := io.ReadFull(c, b); err != nil {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/hmc-go/hmc/internal/peercred"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
@@ -43,9 +44,17 @@ type Config struct {
 	// 4 ms per 64 MiB on an H100 host). Larger regions are copied unlocked, at the driver's
 	// pageable rate. Negative: never lock.
 	DevicePinMax int64
+	// AllowUIDs lists the users, besides this process's own, whose processes may connect to a
+	// server (and serve an initiator). The kernel's record of the peer (SO_PEERCRED) is
+	// checked before anything is sent: a process of any other user gets nothing, not even the
+	// offer. Nil: this process's user only.
+	AllowUIDs []uint32
 	// Logger receives connection events; nil means silent.
 	Logger *slog.Logger
 }
+
+// peers is the credential policy of Config.AllowUIDs.
+func (c *Config) peers() peercred.Policy { return peercred.Policy{UIDs: c.AllowUIDs} }
 
 func (c *Config) setDefaults() {
 	if c.ParallelThreshold == 0 {

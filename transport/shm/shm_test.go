@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,10 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv("HMC_SHM_CMA_CHILD") == "1" {
 		cmaChild()
+		return
+	}
+	if role, addr, ok := strings.Cut(os.Getenv("HMC_SHM_ATTACK"), ":"); ok {
+		attackChild(role, addr)
 		return
 	}
 	if os.Getenv("HMC_SHM_PREEMPT_CHILD") == "1" {
