@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hmc-go/hmc/fabric/group"
-	"github.com/hmc-go/hmc/fabric/store"
+	"github.com/hmc-go/hmc/coord/group"
+	"github.com/hmc-go/hmc/coord/store"
 )
 
 // StoreConfig configures StoreRun: the config store and group engine benchmark.

@@ -13,8 +13,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/hmc-go/hmc/fabric/group"
-	"github.com/hmc-go/hmc/fabric/store"
+	"github.com/hmc-go/hmc/coord/group"
+	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/status"
 )
 

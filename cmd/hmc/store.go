@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hmc-go/hmc/bench"
-	"github.com/hmc-go/hmc/fabric/store"
+	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/internal/etcdproc"
 )
 

@@ -1,4 +1,4 @@
-"""The config store (Go package fabric/store) and its groups, for rendezvous and coordination.
+"""The config store (Go package coord/store) and its groups, for rendezvous and coordination.
 
 ``Store("tcp://127.0.0.1:29600", rank=None, world=4, serve=True)`` connects to the embedded store
 (starting it in this process when the address is free and ``serve`` is set), or to etcd with an

@@ -1,6 +1,6 @@
 // Package store is the config store of the memory-pool layer: a small key/value service with
 // blocking gets, atomic add/append/compare-and-swap, watches and connection liveness, on which
-// rank assignment, barriers, allgathers and join/leave are built (package fabric/group).
+// rank assignment, barriers, allgathers and join/leave are built (package coord/group).
 //
 // A [Client] is opened from a URL:
 //

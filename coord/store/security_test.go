@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hmc-go/hmc/fabric/store"
+	"github.com/hmc-go/hmc/coord/store"
 )
 
 func TestSharedSecret(t *testing.T) {

@@ -5,8 +5,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/hmc-go/hmc/fabric/store"
-	"github.com/hmc-go/hmc/fabric/store/storetest"
+	"github.com/hmc-go/hmc/coord/store"
+	"github.com/hmc-go/hmc/coord/store/storetest"
 	"github.com/hmc-go/hmc/internal/etcdtest"
 	"go.uber.org/goleak"
 )

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hmc-go/hmc/fabric/group"
-	"github.com/hmc-go/hmc/fabric/store"
+	"github.com/hmc-go/hmc/coord/group"
+	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/internal/etcdtest"
 	"github.com/hmc-go/hmc/status"
 	"go.uber.org/goleak"

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hmc-go/hmc/fabric/store"
+	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/status"
 )
 

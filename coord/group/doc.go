@@ -1,6 +1,6 @@
 // Package group is the group engine of the memory-pool layer: barriers, rank-ordered
 // allgathers, keyed sub-groups, an atomic number allocator, an exit broadcast and dynamic
-// membership, all built on the primitives of a config store (package fabric/store), so they
+// membership, all built on the primitives of a config store (package coord/store), so they
 // work the same on the embedded store and on etcd.
 //
 // A Group has a View: a version and the sorted ranks of its members. A static group (Config.Size

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hmc-go/hmc/fabric/group"
-	"github.com/hmc-go/hmc/fabric/store"
+	"github.com/hmc-go/hmc/coord/group"
+	"github.com/hmc-go/hmc/coord/store"
 )
 
 // child is a group member in its own process: HMC_GROUP_CHILD=<mode>, HMC_STORE_URL, HMC_WORLD.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hmc-go/hmc/fabric/group"
-	"github.com/hmc-go/hmc/fabric/store"
+	"github.com/hmc-go/hmc/coord/group"
+	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/internal/etcdtest"
 )
 
