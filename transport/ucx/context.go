@@ -3,47 +3,7 @@
 package ucx
 
 /*
-#cgo pkg-config: ucx
-#include <stdlib.h>
-#include <string.h>
-#include <ucp/api/ucp.h>
-
-static ucs_status_t hmc_ucp_init(const char *tls, ucp_context_h *ctx) {
-	ucp_config_t *cfg;
-	ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
-	if (st != UCS_OK) return st;
-	if (tls != NULL && tls[0] != 0) {
-		st = ucp_config_modify(cfg, "TLS", tls);
-		if (st != UCS_OK) { ucp_config_release(cfg); return st; }
-	}
-	ucp_params_t p;
-	memset(&p, 0, sizeof p);
-	p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-	p.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
-	p.mt_workers_shared = 1; // workers of several Transports, and NewHostBuffer, share it
-	st = ucp_init(&p, cfg, ctx);
-	ucp_config_release(cfg);
-	return st;
-}
-
-// UCX allocates len bytes and maps them: *addr is where.
-static ucs_status_t hmc_mem_alloc(ucp_context_h ctx, size_t len, ucp_mem_h *memh, void **addr) {
-	ucp_mem_map_params_t p;
-	memset(&p, 0, sizeof p);
-	p.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-	p.length = len;
-	p.flags = UCP_MEM_MAP_ALLOCATE;
-	ucs_status_t st = ucp_mem_map(ctx, &p, memh);
-	if (st != UCS_OK) return st;
-	ucp_mem_attr_t a;
-	memset(&a, 0, sizeof a);
-	a.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
-	st = ucp_mem_query(*memh, &a);
-	if (st == UCS_OK && (a.address == NULL || a.length < len)) st = UCS_ERR_NO_MEMORY;
-	if (st != UCS_OK) { ucp_mem_unmap(ctx, *memh); return st; }
-	*addr = a.address;
-	return UCS_OK;
-}
+#include "hmc_ucx.h"
 */
 import "C"
 

@@ -51,6 +51,11 @@
 // Programs that load libhmc.so (C, Python) keep UCX's handlers unless they set the variable
 // themselves; nothing else in the process depends on them.
 //
+// Files: transport.go (Config, Transport, errors), worker.go (the worker and who progresses
+// it), server.go (the target), endpoint.go (the initiator: posting, flush coalescing, Close),
+// staging.go (device regions through a registered ring), context.go (the shared ucp context
+// and UCX-allocated buffers); every C function the Go side calls is in hmc_ucx.c.
+//
 // Memory UCX cannot register (GPU memory: Debian's UCX has no CUDA support) is refused with
 // status.ErrUnsupported.
 package ucx

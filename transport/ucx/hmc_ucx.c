@@ -1,0 +1,200 @@
+//go:build ucx && cgo
+
+// The C side of the UCX transport; see hmc_ucx.h.
+#include <string.h>
+#include <uct/api/uct.h>
+#include "hmc_ucx.h"
+
+ucs_status_t hmc_ucp_init(const char *tls, ucp_context_h *ctx) {
+	ucp_config_t *cfg;
+	ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
+	if (st != UCS_OK) return st;
+	if (tls != NULL && tls[0] != 0) {
+		st = ucp_config_modify(cfg, "TLS", tls);
+		if (st != UCS_OK) { ucp_config_release(cfg); return st; }
+	}
+	ucp_params_t p;
+	memset(&p, 0, sizeof p);
+	p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+	p.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+	p.mt_workers_shared = 1; // workers of several Transports, and NewHostBuffer, share it
+	st = ucp_init(&p, cfg, ctx);
+	ucp_config_release(cfg);
+	return st;
+}
+
+// UCX allocates len bytes and maps them: *addr is where.
+ucs_status_t hmc_mem_alloc(ucp_context_h ctx, size_t len, ucp_mem_h *memh, void **addr) {
+	ucp_mem_map_params_t p;
+	memset(&p, 0, sizeof p);
+	p.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+	p.length = len;
+	p.flags = UCP_MEM_MAP_ALLOCATE;
+	ucs_status_t st = ucp_mem_map(ctx, &p, memh);
+	if (st != UCS_OK) return st;
+	ucp_mem_attr_t a;
+	memset(&a, 0, sizeof a);
+	a.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+	st = ucp_mem_query(*memh, &a);
+	if (st == UCS_OK && (a.address == NULL || a.length < len)) st = UCS_ERR_NO_MEMORY;
+	if (st != UCS_OK) { ucp_mem_unmap(ctx, *memh); return st; }
+	*addr = a.address;
+	return UCS_OK;
+}
+
+ucs_status_t hmc_worker_create(ucp_context_h ctx, ucp_worker_h *w) {
+	ucp_worker_params_t p;
+	memset(&p, 0, sizeof p);
+	p.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+	p.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+	return ucp_worker_create(ctx, &p, w);
+}
+
+ucs_status_t hmc_mem_map(ucp_context_h ctx, void *addr, size_t len, ucp_mem_h *memh) {
+	ucp_mem_map_params_t p;
+	memset(&p, 0, sizeof p);
+	p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+	p.address = addr;
+	p.length = len;
+	return ucp_mem_map(ctx, &p, memh);
+}
+
+static void hmc_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status) {
+	*(volatile int *)arg = (int)status;
+}
+
+ucs_status_t hmc_ep_create(ucp_worker_h w, const void *addr, int *errflag, int peer_mode, ucp_ep_h *ep) {
+	ucp_ep_params_t p;
+	memset(&p, 0, sizeof p);
+	p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+	               UCP_EP_PARAM_FIELD_ERR_HANDLER;
+	p.address = (const ucp_address_t *)addr;
+	p.err_mode = peer_mode ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+	p.err_handler.cb = hmc_err_cb;
+	p.err_handler.arg = errflag;
+	return ucp_ep_create(w, &p, ep);
+}
+
+// Requests: NULL = done at once; an error pointer becomes *st; else the request to poll.
+// The local buffer's registration (memh) goes with each operation, so that UCX can use it
+// instead of looking one up or registering on demand. (It did not stop UCX 1.13 from crashing
+// when a forced close purges queued zero-copy puts: Close flushes first for that.)
+void *hmc_put(ucp_ep_h ep, void *buf, size_t n, uint64_t raddr, ucp_rkey_h rkey, ucp_mem_h memh, ucs_status_t *st) {
+	ucp_request_param_t p;
+	memset(&p, 0, sizeof p);
+	p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+	p.memh = memh;
+	ucs_status_ptr_t r = ucp_put_nbx(ep, buf, n, raddr, rkey, &p);
+	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
+	*st = UCS_OK;
+	return r;
+}
+
+void *hmc_get(ucp_ep_h ep, void *buf, size_t n, uint64_t raddr, ucp_rkey_h rkey, ucp_mem_h memh, ucs_status_t *st) {
+	ucp_request_param_t p;
+	memset(&p, 0, sizeof p);
+	p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+	p.memh = memh;
+	ucs_status_ptr_t r = ucp_get_nbx(ep, buf, n, raddr, rkey, &p);
+	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
+	*st = UCS_OK;
+	return r;
+}
+
+void *hmc_flush(ucp_ep_h ep, ucs_status_t *st) {
+	ucp_request_param_t p;
+	memset(&p, 0, sizeof p);
+	ucs_status_ptr_t r = ucp_ep_flush_nbx(ep, &p);
+	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
+	*st = UCS_OK;
+	return r;
+}
+
+void *hmc_ep_close(ucp_ep_h ep, int force) {
+	ucp_request_param_t p;
+	memset(&p, 0, sizeof p);
+	p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+	p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+	ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+	if (UCS_PTR_IS_ERR(r)) return NULL;
+	return r;
+}
+
+ucs_status_t hmc_req_status(void *r) { return ucp_request_check_status(r); }
+
+// Progresses w until it has been idle for 100 rounds in a row (100000 rounds at most), so that
+// what UCX releases from its progress (requests of force-closed endpoints) is released before
+// the worker is destroyed.
+void hmc_drain(ucp_worker_h w) {
+	for (int i = 0, idle = 0; i < 100000 && idle < 100; i++) idle = ucp_worker_progress(w) ? 0 : idle + 1;
+}
+
+
+// A put and, if flush, a flush of its endpoint, then one round of progress: one call per put
+// on the data path. r is the worker's. Every handle is C memory, passed as an integer so that
+// the call skips cgo's pointer checks (five per call otherwise).
+void hmc_post_put(uintptr_t w, uintptr_t ep, uintptr_t buf, size_t n, uint64_t raddr, uintptr_t rkey,
+                         uintptr_t memh, int flush, uintptr_t posted) {
+	hmc_posted *r = (hmc_posted *)posted;
+	r->preq = hmc_put((ucp_ep_h)ep, (void *)buf, n, raddr, (ucp_rkey_h)rkey, (ucp_mem_h)memh, &r->pst);
+	r->freq = NULL;
+	r->fst = UCS_OK;
+	if (flush && r->pst == UCS_OK) r->freq = hmc_flush((ucp_ep_h)ep, &r->fst);
+	ucp_worker_progress((ucp_worker_h)w);
+}
+
+// Progresses w until it has nothing more to do (64 rounds at most), then writes the status of
+// each of the n requests reqs[i] into st[i] and frees those that completed. Returns whether
+// anything progressed.
+int hmc_poll(ucp_worker_h w, const uintptr_t *reqs, ucs_status_t *st, int n) {
+	int active = 0;
+	for (int i = 0; i < 64 && ucp_worker_progress(w) != 0; i++) active = 1;
+	for (int i = 0; i < n; i++) {
+		st[i] = ucp_request_check_status((void *)reqs[i]);
+		if (st[i] != UCS_INPROGRESS) ucp_request_free((void *)reqs[i]);
+	}
+	return active;
+}
+
+// Resources: every (component, md, transport, device), as "c\tmd\ttl\tdev\n" lines.
+char *hmc_resources(ucs_status_t *st) {
+	uct_component_h *comps;
+	unsigned ncomps;
+	size_t cap = 4096, len = 0;
+	char *out = malloc(cap);
+	out[0] = 0;
+	*st = uct_query_components(&comps, &ncomps);
+	if (*st != UCS_OK) return out;
+	for (unsigned i = 0; i < ncomps; i++) {
+		uct_component_attr_t ca;
+		memset(&ca, 0, sizeof ca);
+		ca.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME | UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
+		if (uct_component_query(comps[i], &ca) != UCS_OK) continue;
+		uct_md_resource_desc_t *mds = calloc(ca.md_resource_count + 1, sizeof *mds);
+		ca.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
+		ca.md_resources = mds;
+		if (uct_component_query(comps[i], &ca) != UCS_OK) { free(mds); continue; }
+		for (unsigned m = 0; m < ca.md_resource_count; m++) {
+			uct_md_config_t *mc;
+			if (uct_md_config_read(comps[i], NULL, NULL, &mc) != UCS_OK) continue;
+			uct_md_h md;
+			ucs_status_t s = uct_md_open(comps[i], mds[m].md_name, mc, &md);
+			uct_config_release(mc);
+			if (s != UCS_OK) continue;
+			uct_tl_resource_desc_t *tls;
+			unsigned ntl;
+			if (uct_md_query_tl_resources(md, &tls, &ntl) == UCS_OK) {
+				for (unsigned k = 0; k < ntl; k++) {
+					size_t need = strlen(ca.name) + strlen(mds[m].md_name) + strlen(tls[k].tl_name) + strlen(tls[k].dev_name) + 8;
+					if (len + need >= cap) { cap = 2 * (len + need); out = realloc(out, cap); }
+					len += snprintf(out + len, cap - len, "%s\t%s\t%s\t%s\n", ca.name, mds[m].md_name, tls[k].tl_name, tls[k].dev_name);
+				}
+				uct_release_tl_resource_list(tls);
+			}
+			uct_md_close(md);
+		}
+		free(mds);
+	}
+	uct_release_component_list(comps);
+	return out;
+}

@@ -1,0 +1,30 @@
+// hmc_ucx.h: the C side of the UCX transport (hmc_ucx.c), called from Go through cgo. Every
+// call into UCX that the data path makes is one of these, so that a put or a poll is one cgo
+// call.
+#ifndef HMC_UCX_H
+#define HMC_UCX_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <ucp/api/ucp.h>
+
+// What hmc_post_put started: requests and statuses as hmc_put's.
+typedef struct { void *preq, *freq; ucs_status_t pst, fst; } hmc_posted;
+
+ucs_status_t hmc_ucp_init(const char *tls, ucp_context_h *ctx);
+ucs_status_t hmc_mem_alloc(ucp_context_h ctx, size_t len, ucp_mem_h *memh, void **addr);
+ucs_status_t hmc_worker_create(ucp_context_h ctx, ucp_worker_h *w);
+ucs_status_t hmc_mem_map(ucp_context_h ctx, void *addr, size_t len, ucp_mem_h *memh);
+ucs_status_t hmc_ep_create(ucp_worker_h w, const void *addr, int *errflag, int peer_mode, ucp_ep_h *ep);
+void *hmc_put(ucp_ep_h ep, void *buf, size_t n, uint64_t raddr, ucp_rkey_h rkey, ucp_mem_h memh, ucs_status_t *st);
+void *hmc_get(ucp_ep_h ep, void *buf, size_t n, uint64_t raddr, ucp_rkey_h rkey, ucp_mem_h memh, ucs_status_t *st);
+void *hmc_flush(ucp_ep_h ep, ucs_status_t *st);
+void *hmc_ep_close(ucp_ep_h ep, int force);
+ucs_status_t hmc_req_status(void *r);
+void hmc_drain(ucp_worker_h w);
+void hmc_post_put(uintptr_t w, uintptr_t ep, uintptr_t buf, size_t n, uint64_t raddr, uintptr_t rkey,
+                  uintptr_t memh, int flush, uintptr_t posted);
+int hmc_poll(ucp_worker_h w, const uintptr_t *reqs, ucs_status_t *st, int n);
+char *hmc_resources(ucs_status_t *st);
+
+#endif

@@ -1,0 +1,118 @@
+//go:build ucx && cgo
+
+package ucx
+
+/*
+#include "hmc_ucx.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/hmc-go/hmc/internal/acceptor"
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+type server struct {
+	t          *Transport
+	w          *worker
+	memh       C.ucp_mem_h
+	unregister func() // undoes the registration of region
+	region     []byte
+	rkey       []byte
+	rank       uint32
+	accept     func(transport.PeerInfo)
+	l          net.Listener
+	acc        *acceptor.Server[net.Conn]
+	once       sync.Once
+}
+
+// Listen maps the region and serves the bootstrap socket on cfg.BindAddr (TCP host:port).
+func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error) {
+	if cfg.Region == nil {
+		return nil, fmt.Errorf("ucx: listen without a region: %w", status.ErrInvalidConfig)
+	}
+	region := cfg.Region.Bytes()
+	if region == nil {
+		if !hasCUDA() {
+			return nil, fmt.Errorf("ucx: region is %v memory: a one-sided target in device memory needs UCX built with CUDA support (cuda_copy/cuda_ipc/gdr_copy), and this UCX has none (serve it over tcp, which stages it): %w",
+				cfg.Region.Type(), status.ErrUnsupported)
+		}
+		region = memory.HostSlice(cfg.Region.Ptr(), cfg.Region.Size()) // a device range, only ever handed to UCX
+	}
+	l, err := net.Listen("tcp", cfg.BindAddr)
+	if err != nil {
+		return nil, fmt.Errorf("ucx: listen %s: %w: %w", cfg.BindAddr, status.ErrInvalidConfig, err)
+	}
+	w, err := t.acquire()
+	if err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	s := &server{t: t, w: w, region: region, rank: cfg.Rank, accept: cfg.OnAccept, l: l}
+	if s.memh, s.unregister, err = w.register(region); err != nil {
+		_ = l.Close()
+		t.release()
+		return nil, err
+	}
+	var st C.ucs_status_t
+	w.call(func() {
+		var buf unsafe.Pointer
+		var n C.size_t
+		if st = C.ucp_rkey_pack(w.ctx, s.memh, &buf, &n); st == C.UCS_OK {
+			s.rkey = C.GoBytes(buf, C.int(n))
+			C.ucp_rkey_buffer_release(buf)
+		}
+	})
+	if st != C.UCS_OK {
+		s.unregister()
+		_ = l.Close()
+		t.release()
+		return nil, ucsErr("rkey pack", st)
+	}
+	s.acc = acceptor.Start[net.Conn](l, l.Accept, s.serve, slog.New(slog.DiscardHandler), "ucx")
+	return s, nil
+}
+
+func (s *server) Addr() string { return s.l.Addr().String() }
+
+// serve answers one initiator's hello and holds the link open as its liveness signal.
+func (s *server) serve(c net.Conn) {
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	h, err := readHello(c)
+	if err != nil {
+		return
+	}
+	if s.accept != nil {
+		ip, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		s.accept(transport.PeerInfo{Rank: h.rank, IP: ip, ListenPort: int(h.listenPort)})
+	}
+	wel := welcome{rank: s.rank, regionAddr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(s.region)))),
+		regionSize: uint64(len(s.region)), rkey: s.rkey, workerAddr: s.w.addr}
+	if _, err := c.Write(wel.encode()); err != nil {
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	_, _ = io.Copy(io.Discard, c) // until the initiator or Close ends the link
+}
+
+// Close stops serving: bootstrap links close (initiators fail from then on), the region is
+// unmapped, and the worker is released.
+func (s *server) Close() error {
+	var err error
+	s.once.Do(func() {
+		err = s.acc.Close()
+		s.unregister()
+		s.t.release()
+	})
+	return err
+}
