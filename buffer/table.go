@@ -1,0 +1,241 @@
+package buffer
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
+)
+
+// Key names a registered region in its owner's Table. Keys start at 1 and are never reused
+// within a Table, so a stale key (its region deregistered) is refused instead of reaching
+// another region.
+type Key uint32
+
+// Region is a range of host memory registered in a Table: a ConnBuffer or memory the caller
+// owns (a Go slice, or C memory the caller keeps alive), never copied. Transports serve its
+// bytes to peers between Acquire and Release.
+type Region struct {
+	table *Table
+	key   Key
+	mem   []byte
+	fd    int    // memfd behind mem, or -1
+	fdOff uint64 // mem's offset in fd
+	refs  int    // registrations of this range (nested ones return the region); guarded by table.mu
+
+	mu       sync.Mutex
+	inflight int           // operations between Acquire and Release; guarded by mu
+	dead     bool          // deregistered: Acquire fails; guarded by mu
+	drained  chan struct{} // closed when dead and inflight reaches 0; guarded by mu
+}
+
+// Key returns the region's key.
+func (r *Region) Key() Key { return r.key }
+
+// Addr returns the region's start address in this process (the address peers name it by).
+func (r *Region) Addr() uint64 { return memory.AddrOf(r.mem) }
+
+// Size returns the region's length in bytes.
+func (r *Region) Size() uint64 { return uint64(len(r.mem)) }
+
+// Bytes returns the region's memory. It stays valid while the region is registered; use it
+// between Acquire and Release where a deregistration may race.
+func (r *Region) Bytes() []byte { return r.mem }
+
+// FD returns the memfd behind the region and the region's offset in it, or -1 when the memory
+// has none (a Go slice, C memory): same-host peers then reach it with cross-memory attach.
+func (r *Region) FD() (int, uint64) { return r.fd, r.fdOff }
+
+// Acquire marks an operation on the region in flight: a Deregister waits for it. It fails with
+// an error wrapping status.ErrNotFound once the region is deregistered.
+func (r *Region) Acquire() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.dead {
+		return fmt.Errorf("region %d: deregistered: %w", r.key, status.ErrNotFound)
+	}
+	r.inflight++
+	return nil
+}
+
+// Release ends an operation begun with Acquire.
+func (r *Region) Release() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inflight--; r.inflight == 0 && r.dead {
+		close(r.drained)
+	}
+}
+
+// Table is a process's registered memory: any number of regions, found by key, or by address
+// with an O(log n) interval search. Regions never overlap partially: registering a range
+// inside a registered region returns that region (counted; each registration is undone by one
+// Deregister), and a range that straddles a region's edge is refused. Its methods are safe for
+// concurrent use.
+type Table struct {
+	mu     sync.RWMutex
+	byKey  map[Key]*Region // guarded by mu
+	sorted []*Region       // by address, disjoint; guarded by mu
+	next   Key             // the last key handed out; guarded by mu
+}
+
+// NewTable returns an empty Table.
+func NewTable() *Table { return &Table{byKey: make(map[Key]*Region)} }
+
+// Register registers host memory b, which the caller keeps valid (and, for a Go slice,
+// reachable) until the last Deregister of the region returned. b is never copied.
+func (t *Table) Register(b []byte) (*Region, error) { return t.register(b, -1, 0) }
+
+// RegisterBuffer registers a host ConnBuffer. Its memfd goes with the region, so same-host
+// peers can map it.
+func (t *Table) RegisterBuffer(c *ConnBuffer) (*Region, error) {
+	b := c.Bytes()
+	if b == nil {
+		return nil, fmt.Errorf("register: %v memory is not host-addressable: %w", c.Type(), status.ErrUnsupported)
+	}
+	return t.register(b, c.FD(), 0)
+}
+
+func (t *Table) register(b []byte, fd int, fdOff uint64) (*Region, error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("register: empty range: %w", status.ErrInvalidConfig)
+	}
+	start := memory.AddrOf(b)
+	end := start + uint64(len(b))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i := t.search(start)
+	// sorted[i-1] is the last region starting at or before start.
+	if i > 0 {
+		r := t.sorted[i-1]
+		rs, re := r.Addr(), r.Addr()+r.Size()
+		if start < re {
+			if end <= re {
+				r.refs++ // inside: the same region, counted
+				return r, nil
+			}
+			return nil, fmt.Errorf("register [%#x, %#x): straddles region %d [%#x, %#x): %w",
+				start, end, r.key, rs, re, status.ErrInvalidConfig)
+		}
+	}
+	if i < len(t.sorted) && t.sorted[i].Addr() < end {
+		r := t.sorted[i]
+		return nil, fmt.Errorf("register [%#x, %#x): overlaps region %d at %#x: %w", start, end, r.key, r.Addr(), status.ErrInvalidConfig)
+	}
+	if t.next == maxKey {
+		return nil, fmt.Errorf("register: all %d keys used: %w", maxKey, status.ErrInvalidConfig)
+	}
+	t.next++
+	r := &Region{table: t, key: t.next, mem: b[:len(b):len(b)], fd: fd, fdOff: fdOff, refs: 1}
+	t.byKey[r.key] = r
+	t.sorted = slices.Insert(t.sorted, i, r)
+	return r, nil
+}
+
+// maxKey is the largest key a Table hands out; keys above it are reserved (transports use the
+// top one for a server's default region).
+const maxKey Key = 1<<32 - 2
+
+// search returns the index of the first region starting after addr. Caller holds mu.
+func (t *Table) search(addr uint64) int {
+	return sort.Search(len(t.sorted), func(i int) bool { return t.sorted[i].Addr() > addr })
+}
+
+// Deregister undoes one Register of r. The last one removes it: later lookups and Acquires
+// fail with ErrNotFound at once, and Deregister waits (bounded by ctx) for the operations in
+// flight on it. If ctx ends first the region is gone from the table all the same, and the error
+// says operations were still running.
+func (t *Table) Deregister(ctx context.Context, r *Region) error {
+	if r == nil || r.table != t {
+		return fmt.Errorf("deregister: not a region of this table: %w", status.ErrInvalidConfig)
+	}
+	t.mu.Lock()
+	if t.byKey[r.key] != r {
+		t.mu.Unlock()
+		return fmt.Errorf("deregister region %d: not registered: %w", r.key, status.ErrNotFound)
+	}
+	if r.refs--; r.refs > 0 {
+		t.mu.Unlock()
+		return nil
+	}
+	delete(t.byKey, r.key)
+	if i := t.search(r.Addr()); i > 0 && t.sorted[i-1] == r {
+		t.sorted = slices.Delete(t.sorted, i-1, i)
+	}
+	t.mu.Unlock()
+	r.mu.Lock()
+	r.dead = true
+	r.drained = make(chan struct{})
+	if r.inflight == 0 {
+		close(r.drained)
+	}
+	drained := r.drained
+	r.mu.Unlock()
+	select {
+	case <-drained:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("deregister region %d: operations still in flight: %w", r.key, status.FromContext(ctx))
+	}
+}
+
+// Lookup returns the region with key k, acquired (Release it when done), if [off, off+n) lies
+// in it. An unknown or deregistered key is ErrNotFound, a range outside it ErrOutOfRange.
+func (t *Table) Lookup(k Key, off, n uint64) (*Region, error) {
+	t.mu.RLock()
+	r := t.byKey[k]
+	t.mu.RUnlock()
+	if r == nil {
+		return nil, fmt.Errorf("region %d: not registered: %w", k, status.ErrNotFound)
+	}
+	if err := CheckRange(r.Size(), off, n); err != nil {
+		return nil, fmt.Errorf("region %d: %w", k, err)
+	}
+	if err := r.Acquire(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Find returns the region holding the n bytes at address addr, acquired (Release it when done),
+// and addr's offset in it. No region there is ErrNotFound; a range that runs past the region's
+// end is ErrOutOfRange.
+func (t *Table) Find(addr, n uint64) (*Region, uint64, error) {
+	t.mu.RLock()
+	var r *Region
+	if i := t.search(addr); i > 0 {
+		if c := t.sorted[i-1]; addr < c.Addr()+c.Size() {
+			r = c
+		}
+	}
+	t.mu.RUnlock()
+	if r == nil {
+		return nil, 0, fmt.Errorf("address %#x: no registered region: %w", addr, status.ErrNotFound)
+	}
+	off := addr - r.Addr()
+	if err := CheckRange(r.Size(), off, n); err != nil {
+		return nil, 0, fmt.Errorf("address %#x in region %d: %w", addr, r.key, err)
+	}
+	if err := r.Acquire(); err != nil {
+		return nil, 0, err
+	}
+	return r, off, nil
+}
+
+// Len returns the number of regions registered.
+func (t *Table) Len() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.sorted)
+}
+
+// Regions returns the regions registered now, by address.
+func (t *Table) Regions() []*Region {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return slices.Clone(t.sorted)
+}
