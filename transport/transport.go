@@ -61,6 +61,10 @@ type ServerConfig struct {
 	Rank uint32
 	// OnAccept, if set, is called once per initiator endpoint, from a server goroutine.
 	OnAccept func(PeerInfo)
+	// Regions, if set, is the process's region table: the server also serves every region
+	// registered in it (and registered later), which initiators name by key or by address
+	// through RMA. Requests are looked up and bounds-checked before a byte moves.
+	Regions *buffer.Table
 	// OnWrite, if set, is called after a peer's PUT of n bytes at off has landed in the region
 	// (before the initiator is told), from the goroutine serving it. It must not block: it is
 	// the target's write notification (RDMA's write-with-immediate), for applications that wait
@@ -130,6 +134,38 @@ type Endpoint interface {
 	// Close fails every transfer in flight with ErrClosed and releases the endpoint. It is
 	// idempotent and waits for the endpoint's goroutines.
 	Close() error
+}
+
+// DefaultRegion is the Remote key that names the region a server was started with
+// (ServerConfig.Region), which Endpoint's offsets address.
+const DefaultRegion buffer.Key = 1<<32 - 1
+
+// Remote names bytes of a peer's registered memory.
+type Remote struct {
+	// Key is the region's key in its owner's table, with Addr an offset in it; DefaultRegion
+	// names the server's own region. Key 0 means Addr is an address in the owner's memory,
+	// looked up in its table (the transfer engine and Big Memory address that way).
+	Key  buffer.Key
+	Addr uint64
+}
+
+// At returns r moved off bytes further.
+func (r Remote) At(off uint64) Remote { return Remote{Key: r.Key, Addr: r.Addr + off} }
+
+// RMA is implemented by endpoints that reach every region their peer registered (not only the
+// one it was dialled for). A transfer must lie within one region of the target, checked there;
+// an unknown or deregistered region is ErrNotFound, a range past its end ErrOutOfRange.
+type RMA interface {
+	// WriteAsync starts copying src to dst; the Op completes when the bytes are visible in the
+	// target's memory. src must stay valid and unchanged until then.
+	WriteAsync(ctx context.Context, src []byte, dst Remote) (*Op, error)
+	// ReadAsync starts copying len(dst) bytes at src into dst; the Op completes when they are
+	// there. dst must stay valid and must not be read until then.
+	ReadAsync(ctx context.Context, dst []byte, src Remote) (*Op, error)
+	// Atomic runs op on the aligned 64-bit word at dst, atomically with respect to every other
+	// atomic on that word (from any peer, and the owner's own sync/atomic use), and returns the
+	// word's previous value.
+	Atomic(ctx context.Context, op buffer.AtomicOp, dst Remote, operand, compare uint64) (uint64, error)
 }
 
 // Put is a blocking PutAsync: it returns when the bytes are visible at the target or ctx ends.

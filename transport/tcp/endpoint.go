@@ -22,6 +22,7 @@ type endpoint struct {
 	region     *buffer.ConnBuffer // the local region
 	local      []byte             // its bytes; nil for device memory (staged through the lanes' rings)
 	remoteSize uint64
+	version    uint16 // the wire version every lane runs
 	lanes      []*lane
 	next       atomic.Uint64 // round-robin lane cursor for chunks
 	ids        atomic.Uint64 // request ids, unique per endpoint
@@ -57,8 +58,8 @@ type outReq struct {
 
 type pend struct {
 	op     *transport.Op
-	get    bool
-	dst    []byte // a GET's destination in the local region
+	reply  uint8  // the response op expected
+	dst    []byte // a GET's destination (in the local region, or an RMA read's), an ATOMIC's 8-byte result
 	devOff uint64 // device regions: the GET's local offset (dst is nil)
 	n      uint64
 }
@@ -91,11 +92,11 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 			return nil, err
 		}
 		if i == 0 {
-			ep.remoteSize = w.regionSize
-		} else if w.regionSize != ep.remoteSize {
+			ep.remoteSize, ep.version = w.regionSize, w.version
+		} else if w.regionSize != ep.remoteSize || w.version != ep.version {
 			_ = c.Close() // inconsistent target; the error says why
 			ep.Close()
-			return nil, fmt.Errorf("tcp: lanes of %s disagree on the region size: %w", cfg.Addr, status.ErrProtocol)
+			return nil, fmt.Errorf("tcp: lanes of %s disagree on the region size or version: %w", cfg.Addr, status.ErrProtocol)
 		}
 		l := &lane{c: c, r: newReader(c, t.cfg.BusyPoll), slots: make(chan struct{}, t.cfg.MaxInflight), wq: make(chan outReq, t.cfg.MaxInflight),
 			done: make(chan struct{}), pending: make(map[uint64]pend)}
@@ -176,6 +177,17 @@ func (ep *endpoint) post(ctx context.Context, op uint8, localOff, remoteOff, n u
 	if err := transport.CheckRanges(ep.region.Size(), ep.remoteSize, localOff, remoteOff, n); err != nil {
 		return nil, fmt.Errorf("tcp: %w", err)
 	}
+	var span []byte
+	if ep.local != nil {
+		span = ep.local[localOff : localOff+n : localOff+n]
+	}
+	return ep.send(ctx, request{op: op, offset: remoteOff}, n, span, localOff)
+}
+
+// send posts a transfer of n bytes described by base (op, addressing, remote offset) in chunks
+// of ChunkSize, spread over the lanes (one-chunk transfers stay on a hot lane). span is the
+// local host memory, or nil for a device region, whose bytes at devOff are staged.
+func (ep *endpoint) send(ctx context.Context, base request, n uint64, span []byte, devOff uint64) (*transport.Op, error) {
 	chunk := ep.cfg.ChunkSize
 	parts := (n + chunk - 1) / chunk
 	if parts == 0 {
@@ -193,12 +205,13 @@ func (ep *endpoint) post(ctx context.Context, op uint8, localOff, remoteOff, n u
 		if l == nil {
 			l = ep.lanes[ep.next.Add(1)%uint64(len(ep.lanes))]
 		}
-		r := request{op: op, id: ep.ids.Add(1), offset: remoteOff + off, length: size}
-		var span []byte
-		if ep.local != nil {
-			span = ep.local[localOff+off : localOff+off+size : localOff+off+size]
+		r := base
+		r.id, r.offset, r.length = ep.ids.Add(1), base.offset+off, size
+		var piece []byte
+		if span != nil {
+			piece = span[off : off+size : off+size]
 		}
-		if err := l.post(ctx, r, span, localOff+off, o); err != nil {
+		if err := l.post(ctx, r, piece, devOff+off, o, nil); err != nil {
 			for range parts - i {
 				o.Finish(err) // the parts never posted; posted ones finish on their own
 			}
@@ -229,7 +242,10 @@ func (ep *endpoint) pickLane() *lane {
 // the next lane.
 const stickyInflight = 4
 
-func (l *lane) post(ctx context.Context, r request, span []byte, devOff uint64, o *transport.Op) error {
+// post queues request r on the lane. span is a PUT's payload or a GET's destination (host
+// memory), or nil for a device region's transfer at devOff; an ATOMIC carries its 16-byte
+// payload in extra and its result lands in span.
+func (l *lane) post(ctx context.Context, r request, span []byte, devOff uint64, o *transport.Op, extra []byte) error {
 	select {
 	case l.slots <- struct{}{}:
 	case <-l.done:
@@ -243,11 +259,14 @@ func (l *lane) post(ctx context.Context, r request, span []byte, devOff uint64, 
 			return fmt.Errorf("tcp: waiting for an in-flight slot: %w", status.FromContext(ctx))
 		}
 	}
-	p := pend{op: o, get: r.op == opGet, devOff: devOff, n: r.length}
+	p := pend{op: o, reply: r.op | 0x80, devOff: devOff, n: r.length}
 	out := outReq{r: r, devOff: devOff}
-	if p.get {
+	switch r.op {
+	case opGet:
 		p.dst = span
-	} else {
+	case opAtomic:
+		p.dst, out.payload = span, extra
+	default:
 		out.payload = span
 	}
 	l.mu.Lock()
@@ -281,7 +300,7 @@ func (l *lane) write(out outReq) error {
 	out.r.encode(&l.hb)
 	var err error
 	switch {
-	case l.send != nil && out.r.op == opPut && out.r.length > 0:
+	case l.send != nil && out.payload == nil && out.r.op == opPut && out.r.length > 0: // a device region's PUT
 		if _, err = l.c.Write(l.hb[:]); err == nil {
 			err = l.send.Send(l.c, out.devOff, out.r.length)
 		}
@@ -355,21 +374,29 @@ func (ep *endpoint) readLoop(l *lane) {
 		p, ok := l.pending[r.id]
 		delete(l.pending, r.id)
 		l.mu.Unlock()
-		if !ok || p.get != (r.op == opGetData) {
+		if !ok || p.reply != r.op {
 			l.fail(fmt.Errorf("tcp: reply %#x for unknown request %d: %w", r.op, r.id, status.ErrProtocol))
 			return
 		}
 		var opErr error
-		if r.status == stOutOfRange {
-			opErr = fmt.Errorf("tcp: target refused the range: %w", status.ErrOutOfRange)
-		} else if p.get && l.recv != nil {
+		get := r.op == opGetData
+		if r.status != stOK {
+			opErr = refused(r.status)
+		} else if r.op == opAtomicAck {
+			if _, err := io.ReadFull(l.r, p.dst); err != nil {
+				err = fmt.Errorf("tcp: receive: %w", wrapIO(err))
+				p.op.Finish(err)
+				l.fail(err)
+				return
+			}
+		} else if get && p.dst == nil && l.recv != nil {
 			if err := l.recv.Receive(l.r, p.devOff, p.n); err != nil {
 				err = fmt.Errorf("tcp: receive into device memory: %w", wrapIO(err))
 				p.op.Finish(err)
 				l.fail(err)
 				return
 			}
-		} else if p.get {
+		} else if get {
 			if _, err := io.ReadFull(l.r, p.dst); err != nil {
 				err = fmt.Errorf("tcp: receive: %w", wrapIO(err))
 				p.op.Finish(err)
@@ -380,6 +407,87 @@ func (ep *endpoint) readLoop(l *lane) {
 		<-l.slots
 		p.op.Finish(opErr)
 	}
+}
+
+// refused is the error of a request the target refused with status st.
+func refused(st uint8) error {
+	switch st {
+	case stNotFound:
+		return fmt.Errorf("tcp: target has no such region (unknown, stale or deregistered): %w", status.ErrNotFound)
+	case stMisaligned:
+		return fmt.Errorf("tcp: target refused an atomic on a word not 8-byte aligned: %w", status.ErrInvalidConfig)
+	default:
+		return fmt.Errorf("tcp: target refused the range: %w", status.ErrOutOfRange)
+	}
+}
+
+// WriteAsync implements transport.RMA: src goes to dst in chunks over the lanes.
+func (ep *endpoint) WriteAsync(ctx context.Context, src []byte, dst transport.Remote) (*transport.Op, error) {
+	return ep.postRMA(ctx, opPut, src, dst)
+}
+
+// ReadAsync implements transport.RMA.
+func (ep *endpoint) ReadAsync(ctx context.Context, dst []byte, src transport.Remote) (*transport.Op, error) {
+	return ep.postRMA(ctx, opGet, dst, src)
+}
+
+// Atomic implements transport.RMA: the target runs op on the word (sync/atomic) and answers
+// with its previous value.
+func (ep *endpoint) Atomic(ctx context.Context, op buffer.AtomicOp, dst transport.Remote, operand, compare uint64) (uint64, error) {
+	if !op.Valid() {
+		return 0, fmt.Errorf("tcp: %v: %w", op, status.ErrInvalidConfig)
+	}
+	r, err := ep.rmaRequest(opAtomic, dst, 8)
+	if err != nil {
+		return 0, err
+	}
+	r.aop, r.id = uint8(op), ep.ids.Add(1)
+	var payload [atomicPayload]byte
+	binary.LittleEndian.PutUint64(payload[0:], operand)
+	binary.LittleEndian.PutUint64(payload[8:], compare)
+	var old [8]byte
+	o := transport.NewOp(1)
+	if err := ep.pickLane().post(ctx, r, old[:], 0, o, payload[:]); err != nil {
+		return 0, err
+	}
+	if err := o.Wait(ctx); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(old[:]), nil
+}
+
+// rmaRequest starts a request addressed to dst: the server's default region, a key, or an
+// address. It needs wire version 2.
+func (ep *endpoint) rmaRequest(op uint8, dst transport.Remote, n uint64) (request, error) {
+	if ep.version < 2 {
+		return request{}, fmt.Errorf("tcp: the target speaks wire version %d, which has no registered regions or atomics: %w",
+			ep.version, status.ErrUnsupported)
+	}
+	r := request{op: op, offset: dst.Addr, length: n}
+	switch dst.Key {
+	case transport.DefaultRegion:
+		r.mode = modeDefault
+	case 0:
+		r.mode = modeAddr
+	default:
+		r.mode, r.key = modeKey, uint32(dst.Key)
+	}
+	if r.offset+n < r.offset {
+		return request{}, fmt.Errorf("tcp: %d bytes at %#x wrap around: %w", n, r.offset, status.ErrOutOfRange)
+	}
+	return r, nil
+}
+
+// postRMA posts a transfer between host memory span and a registered region of the target.
+func (ep *endpoint) postRMA(ctx context.Context, op uint8, span []byte, remote transport.Remote) (*transport.Op, error) {
+	base, err := ep.rmaRequest(op, remote, uint64(len(span)))
+	if err != nil {
+		return nil, err
+	}
+	if len(span) == 0 {
+		return transport.Succeeded(), nil
+	}
+	return ep.send(ctx, base, uint64(len(span)), span, 0)
 }
 
 // Close fails everything in flight with ErrClosed and waits for the lanes' goroutines.

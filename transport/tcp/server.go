@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ type server struct {
 	t        *Transport
 	buf      *buffer.ConnBuffer // the region served
 	region   []byte             // its bytes, served zero-copy; nil for device memory (a staging ring per lane)
+	regions  *buffer.Table      // every other region served (version 2), or nil
 	rank     uint32
 	onAccept func(transport.PeerInfo)
 	onWrite  func(off, n uint64)
@@ -35,7 +37,7 @@ func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error)
 	if err != nil {
 		return nil, fmt.Errorf("tcp: listen %s: %w: %w", cfg.BindAddr, status.ErrInvalidConfig, err)
 	}
-	s := &server{t: t, buf: cfg.Region, region: cfg.Region.Bytes(), rank: cfg.Rank, onAccept: cfg.OnAccept, onWrite: cfg.OnWrite, l: l}
+	s := &server{t: t, buf: cfg.Region, region: cfg.Region.Bytes(), regions: cfg.Regions, rank: cfg.Rank, onAccept: cfg.OnAccept, onWrite: cfg.OnWrite, l: l}
 	s.lanes = acceptor.Start(l, l.Accept, s.serve, t.cfg.Logger, "tcp")
 	return s, nil
 }
@@ -59,7 +61,7 @@ func (s *server) serve(c net.Conn) {
 		s.t.cfg.Logger.Warn("tcp: handshake failed", "remote", c.RemoteAddr(), "err", err)
 		return
 	}
-	if err := s.serveRequests(c); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+	if err := s.serveRequests(c, h.version); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		s.t.cfg.Logger.Warn("tcp: lane closed", "remote", c.RemoteAddr(), "rank", h.rank, "err", err)
 	}
 }
@@ -81,7 +83,7 @@ func (s *server) handshake(c net.Conn) (hello, error) {
 		s.onAccept(transport.PeerInfo{Rank: h.rank, IP: ip, ListenPort: int(h.listenPort)})
 	}
 	var w [welcomeSize]byte
-	welcome{rank: s.rank, regionSize: s.buf.Size()}.encode(&w)
+	welcome{version: h.version, rank: s.rank, regionSize: s.buf.Size()}.encode(&w)
 	if _, err := c.Write(w[:]); err != nil {
 		return hello{}, err
 	}
@@ -91,7 +93,7 @@ func (s *server) handshake(c net.Conn) (hello, error) {
 
 // serveRequests is the target's whole data path for one lane: PUT payloads go from the socket
 // straight into the region; GET replies leave as one writev of header and region slice.
-func (s *server) serveRequests(c net.Conn) error {
+func (s *server) serveRequests(c net.Conn, ver uint16) error {
 	rd := newReader(c, s.t.cfg.BusyPoll)
 	var (
 		rb   [reqSize]byte
@@ -111,9 +113,15 @@ func (s *server) serveRequests(c net.Conn) error {
 		if _, err := io.ReadFull(rd, rb[:]); err != nil {
 			return err
 		}
-		r, err := decodeRequest(&rb)
+		r, err := decodeRequest(&rb, ver)
 		if err != nil {
 			return err
+		}
+		if r.mode != modeDefault || r.op == opAtomic {
+			if err := s.serveRegion(c, rd, r, &wb, &arr); err != nil {
+				return err
+			}
+			continue
 		}
 		inRange := buffer.CheckRange(size, r.offset, r.length) == nil
 		resp := response{id: r.id, status: stOK}
@@ -177,6 +185,107 @@ func (s *server) serveRequests(c net.Conn) error {
 			}
 		}
 	}
+}
+
+// serveRegion serves one version-2 request addressed to a registered region (by key or by
+// address), or an ATOMIC: the region is looked up and acquired, so a deregistration waits for
+// it, and the range checked, before a byte moves. A refused PUT's payload is read and dropped,
+// keeping the lane in step.
+func (s *server) serveRegion(c net.Conn, rd io.Reader, r request, wb *[respSize]byte, arr *[2][]byte) error {
+	var payload [atomicPayload]byte
+	if r.op == opAtomic {
+		if _, err := io.ReadFull(rd, payload[:]); err != nil {
+			return err
+		}
+	}
+	mem, reg, st := s.lookup(r)
+	if reg != nil {
+		defer reg.Release()
+	}
+	resp := response{id: r.id, status: st}
+	switch r.op {
+	case opPut:
+		resp.op = opPutAck
+		if st == stOK {
+			if _, err := io.ReadFull(rd, mem); err != nil {
+				return err
+			}
+		} else if _, err := io.CopyN(io.Discard, rd, int64(r.length)); err != nil {
+			return err
+		}
+		resp.encode(wb)
+		_, err := c.Write(wb[:])
+		return err
+	case opGet:
+		resp.op = opGetData
+		resp.encode(wb)
+		if st != stOK || len(mem) == 0 {
+			_, err := c.Write(wb[:])
+			return err
+		}
+		arr[0], arr[1] = wb[:], mem
+		bufs := net.Buffers(arr[:])
+		_, err := bufs.WriteTo(c)
+		return err
+	default: // opAtomic
+		resp.op = opAtomicAck
+		var old uint64
+		if st == stOK {
+			var err error
+			old, err = buffer.Atomic(mem, 0, buffer.AtomicOp(r.aop), binary.LittleEndian.Uint64(payload[0:]), binary.LittleEndian.Uint64(payload[8:]))
+			if err != nil {
+				resp.status = stMisaligned // the only error left once range and op were checked
+			}
+		}
+		resp.encode(wb)
+		if resp.status != stOK {
+			_, err := c.Write(wb[:])
+			return err
+		}
+		var out [respSize + 8]byte
+		copy(out[:], wb[:])
+		binary.LittleEndian.PutUint64(out[respSize:], old)
+		_, err := c.Write(out[:])
+		return err
+	}
+}
+
+// lookup finds the memory a version-2 request names: the bytes [off, off+length) of the
+// default region or of a registered one (acquired: the caller releases reg), or a refusal.
+func (s *server) lookup(r request) (mem []byte, reg *buffer.Region, st uint8) {
+	switch r.mode {
+	case modeDefault:
+		if s.region == nil || buffer.CheckRange(uint64(len(s.region)), r.offset, r.length) != nil {
+			return nil, nil, stOutOfRange // a device region takes no version-2 requests
+		}
+		return s.region[r.offset : r.offset+r.length], nil, stOK
+	case modeKey:
+		if s.regions == nil {
+			return nil, nil, stNotFound
+		}
+		reg, err := s.regions.Lookup(buffer.Key(r.key), r.offset, r.length)
+		if err != nil {
+			return nil, nil, refusal(err)
+		}
+		return reg.Bytes()[r.offset : r.offset+r.length], reg, stOK
+	default: // modeAddr
+		if s.regions == nil {
+			return nil, nil, stNotFound
+		}
+		reg, off, err := s.regions.Find(r.offset, r.length)
+		if err != nil {
+			return nil, nil, refusal(err)
+		}
+		return reg.Bytes()[off : off+r.length], reg, stOK
+	}
+}
+
+// refusal is the response status for a failed region lookup.
+func refusal(err error) uint8 {
+	if errors.Is(err, status.ErrOutOfRange) {
+		return stOutOfRange
+	}
+	return stNotFound
 }
 
 func tuneConn(c net.Conn, cfg Config) {

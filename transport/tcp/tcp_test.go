@@ -17,7 +17,10 @@ import (
 	"github.com/hmc-go/hmc/transport/transporttest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	transporttest.MaybeAtomicChild(func() (transport.Transport, error) { return New(Config{}) })
+	goleak.VerifyTestMain(m)
+}
 
 const testChunk = 64 << 10
 
@@ -54,7 +57,7 @@ func TestWirePinned(t *testing.T) {
 	var hb [helloSize]byte
 	hello{lane: 1, lanes: 2, rank: 3, session: 4, listenPort: 5}.encode(&hb)
 	h, err := decodeHello(hb[:])
-	if err != nil || h != (hello{lane: 1, lanes: 2, rank: 3, session: 4, listenPort: 5}) {
+	if err != nil || h != (hello{version: version, lane: 1, lanes: 2, rank: 3, session: 4, listenPort: 5}) {
 		t.Fatalf("%+v %v", h, err)
 	}
 	var rb [reqSize]byte
@@ -64,17 +67,29 @@ func TestWirePinned(t *testing.T) {
 		t.Fatalf("request % x", rb)
 	}
 	rb[3] = 1
-	if _, err := decodeRequest(&rb); !errors.Is(err, status.ErrProtocol) {
+	if _, err := decodeRequest(&rb, version); !errors.Is(err, status.ErrProtocol) {
 		t.Fatal("reserved bits accepted")
+	}
+	rb[3] = 0
+	rb[1], rb[4] = modeKey, 5 // version 2: key 5; version 1 has no such field
+	if r, err := decodeRequest(&rb, 2); err != nil || r.key != 5 || r.mode != modeKey {
+		t.Fatalf("version 2 keyed request: %+v %v", r, err)
+	}
+	if _, err := decodeRequest(&rb, 1); !errors.Is(err, status.ErrProtocol) {
+		t.Fatal("a keyed request accepted on a version-1 lane")
 	}
 	hb[26] = 1
 	if _, err := decodeHello(hb[:]); !errors.Is(err, status.ErrProtocol) {
 		t.Fatal("reserved hello bits accepted")
 	}
 	hb[26] = 0
-	hb[4] = 9
+	hb[4] = 9 // a newer initiator: the lane runs the highest version both speak
+	if h, err := decodeHello(hb[:]); err != nil || h.version != version {
+		t.Fatalf("newer initiator: %+v %v", h, err)
+	}
+	hb[4] = 0
 	if _, err := decodeHello(hb[:]); !errors.Is(err, status.ErrUnsupported) {
-		t.Fatal("version mismatch accepted")
+		t.Fatal("version 0 accepted")
 	}
 }
 
@@ -329,4 +344,18 @@ func BenchmarkPut(b *testing.B) {
 			}
 		})
 	}
+}
+
+func TestRMA(t *testing.T) {
+	transporttest.RunRMA(t, transporttest.Options{New: newTCP})
+}
+
+// Eight processes add to one word of this process's memory at once, over TCP: the target
+// executes each fetch-add atomically and the sum is exact.
+func TestAtomicSumProcesses(t *testing.T) {
+	each := 10000
+	if testing.Short() {
+		each = 1000
+	}
+	transporttest.AtomicSumProcesses(t, transporttest.Options{New: newTCP}, 8, each)
 }

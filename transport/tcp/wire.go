@@ -4,13 +4,17 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/status"
 )
 
 // Protocol constants (docs/wire/tcp.md).
 const (
-	magic       = "HMCT"
-	version     = 1
+	magic = "HMCT"
+	// version is the highest wire version this side speaks; an initiator offers it, the target
+	// answers with the highest it shares (minVersion at least), and both run that one.
+	version     = 2
+	minVersion  = 1
 	helloSize   = 32
 	welcomeSize = 24
 	reqSize     = 32
@@ -19,20 +23,35 @@ const (
 
 // Request and response opcodes.
 const (
-	opPut     = 1
-	opGet     = 2
-	opPutAck  = 0x81
-	opGetData = 0x82
+	opPut       = 1
+	opGet       = 2
+	opAtomic    = 3 // version 2: payload operand, compare (16 bytes)
+	opPutAck    = 0x81
+	opGetData   = 0x82
+	opAtomicAck = 0x83 // followed by the word's previous value (8 bytes) when the status is OK
 )
+
+// Addressing modes of a request (version 2; version 1 has only modeDefault).
+const (
+	modeDefault = 0 // offset in the region the server was started with
+	modeKey     = 1 // key + offset in a registered region
+	modeAddr    = 2 // an address in the target's memory, looked up in its region table
+)
+
+// atomicPayload is the size of an ATOMIC request's payload.
+const atomicPayload = 16
 
 // Response status bytes.
 const (
 	stOK         = 0
 	stOutOfRange = 1
+	stNotFound   = 2 // version 2: no such region (unknown, stale or deregistered key; no region at the address)
+	stMisaligned = 3 // version 2: an atomic on a word that is not 8-byte aligned
 )
 
 // hello is the first message of every lane, initiator → target.
 type hello struct {
+	version     uint16 // decoded: the version both sides run (encode offers version)
 	lane, lanes uint16
 	rank        uint32
 	session     uint64
@@ -56,10 +75,12 @@ func decodeHello(b []byte) (hello, error) {
 	if len(b) != helloSize || string(b[0:4]) != magic {
 		return hello{}, fmt.Errorf("tcp: bad hello magic: %w", status.ErrProtocol)
 	}
-	if v := binary.LittleEndian.Uint16(b[4:]); v != version {
-		return hello{}, fmt.Errorf("tcp: initiator speaks version %d, target %d: %w", v, version, status.ErrUnsupported)
+	v := binary.LittleEndian.Uint16(b[4:])
+	if v < minVersion {
+		return hello{}, fmt.Errorf("tcp: initiator speaks versions up to %d, target %d..%d: %w", v, minVersion, version, status.ErrUnsupported)
 	}
 	h := hello{
+		version:    min(v, version),
 		lane:       binary.LittleEndian.Uint16(b[6:]),
 		lanes:      binary.LittleEndian.Uint16(b[8:]),
 		rank:       binary.LittleEndian.Uint32(b[12:]),
@@ -77,6 +98,7 @@ func decodeHello(b []byte) (hello, error) {
 
 // welcome is the target's answer to a hello.
 type welcome struct {
+	version    uint16 // the version the lane runs
 	rank       uint32
 	regionSize uint64
 }
@@ -84,7 +106,7 @@ type welcome struct {
 func (w welcome) encode(b *[welcomeSize]byte) {
 	*b = [welcomeSize]byte{}
 	copy(b[0:4], magic)
-	binary.LittleEndian.PutUint16(b[4:], version)
+	binary.LittleEndian.PutUint16(b[4:], w.version)
 	binary.LittleEndian.PutUint32(b[8:], w.rank)
 	binary.LittleEndian.PutUint64(b[16:], w.regionSize)
 }
@@ -93,36 +115,54 @@ func decodeWelcome(b []byte) (welcome, error) {
 	if len(b) != welcomeSize || string(b[0:4]) != magic {
 		return welcome{}, fmt.Errorf("tcp: bad welcome magic: %w", status.ErrProtocol)
 	}
-	if v := binary.LittleEndian.Uint16(b[4:]); v != version {
-		return welcome{}, fmt.Errorf("tcp: target speaks version %d, initiator %d: %w", v, version, status.ErrUnsupported)
+	v := binary.LittleEndian.Uint16(b[4:])
+	if v < minVersion || v > version {
+		return welcome{}, fmt.Errorf("tcp: target runs version %d, initiator %d..%d: %w", v, minVersion, version, status.ErrUnsupported)
 	}
-	return welcome{rank: binary.LittleEndian.Uint32(b[8:]), regionSize: binary.LittleEndian.Uint64(b[16:])}, nil
+	return welcome{version: v, rank: binary.LittleEndian.Uint32(b[8:]), regionSize: binary.LittleEndian.Uint64(b[16:])}, nil
 }
 
-// request is a PUT or GET, initiator → target; a PUT's payload follows it.
+// request is a PUT, GET or ATOMIC, initiator → target; a PUT's payload (length bytes) or an
+// ATOMIC's (operand, compare) follows it.
 type request struct {
 	op     uint8
+	mode   uint8 // addressing (version 2)
+	aop    uint8 // the atomic operation (buffer.AtomicOp) of an ATOMIC
+	key    uint32
 	id     uint64
-	offset uint64
+	offset uint64 // an offset (modeDefault, modeKey) or an address (modeAddr)
 	length uint64
 }
 
 func (r request) encode(b *[reqSize]byte) {
-	b[0] = r.op
-	b[1], b[2], b[3], b[4], b[5], b[6], b[7] = 0, 0, 0, 0, 0, 0, 0
+	b[0], b[1], b[2], b[3] = r.op, r.mode, r.aop, 0
+	binary.LittleEndian.PutUint32(b[4:], r.key)
 	binary.LittleEndian.PutUint64(b[8:], r.id)
 	binary.LittleEndian.PutUint64(b[16:], r.offset)
 	binary.LittleEndian.PutUint64(b[24:], r.length)
 }
 
-func decodeRequest(b *[reqSize]byte) (request, error) {
-	r := request{op: b[0], id: binary.LittleEndian.Uint64(b[8:]), offset: binary.LittleEndian.Uint64(b[16:]),
-		length: binary.LittleEndian.Uint64(b[24:])}
-	if r.op != opPut && r.op != opGet {
-		return r, fmt.Errorf("tcp: unknown request op %#x: %w", r.op, status.ErrProtocol)
+// decodeRequest decodes a request of a lane running version v, checking every field that
+// version defines and that the rest is zero.
+func decodeRequest(b *[reqSize]byte, v uint16) (request, error) {
+	r := request{op: b[0], mode: b[1], aop: b[2], key: binary.LittleEndian.Uint32(b[4:]), id: binary.LittleEndian.Uint64(b[8:]),
+		offset: binary.LittleEndian.Uint64(b[16:]), length: binary.LittleEndian.Uint64(b[24:])}
+	bad := func(what string) (request, error) {
+		return r, fmt.Errorf("tcp: request %s (version %d): %w", what, v, status.ErrProtocol)
 	}
-	if binary.LittleEndian.Uint64(b[0:8])>>8 != 0 {
-		return r, fmt.Errorf("tcp: reserved request bits set: %w", status.ErrProtocol)
+	switch {
+	case r.op != opPut && r.op != opGet && (r.op != opAtomic || v < 2):
+		return bad(fmt.Sprintf("op %#x", r.op))
+	case b[3] != 0 || (v < 2 && (r.mode != 0 || r.aop != 0 || r.key != 0)):
+		return bad("reserved bits set")
+	case r.mode > modeAddr:
+		return bad(fmt.Sprintf("addressing mode %d", r.mode))
+	case (r.mode == modeKey) != (r.key != 0):
+		return bad(fmt.Sprintf("key %d with addressing mode %d", r.key, r.mode))
+	case r.op == opAtomic && (!buffer.AtomicOp(r.aop).Valid() || r.length != 8):
+		return bad(fmt.Sprintf("atomic op %d on %d bytes", r.aop, r.length))
+	case r.op != opAtomic && r.aop != 0:
+		return bad("atomic op on a transfer")
 	}
 	return r, nil
 }
@@ -142,10 +182,10 @@ func (r response) encode(b *[respSize]byte) {
 
 func decodeResponse(b *[respSize]byte) (response, error) {
 	r := response{op: b[0], status: b[1], id: binary.LittleEndian.Uint64(b[8:])}
-	if r.op != opPutAck && r.op != opGetData {
+	if r.op != opPutAck && r.op != opGetData && r.op != opAtomicAck {
 		return r, fmt.Errorf("tcp: unknown response op %#x: %w", r.op, status.ErrProtocol)
 	}
-	if r.status != stOK && r.status != stOutOfRange {
+	if r.status > stMisaligned {
 		return r, fmt.Errorf("tcp: unknown response status %d: %w", r.status, status.ErrProtocol)
 	}
 	return r, nil

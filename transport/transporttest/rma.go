@@ -1,0 +1,476 @@
+package transporttest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+// RMAPair is a server whose process registered regions in Table, and an endpoint to it that
+// reaches them (transport.RMA).
+type RMAPair struct {
+	Default *buffer.ConnBuffer // the server's default region
+	Table   *buffer.Table
+	Server  transport.Server
+	EP      transport.Endpoint
+	RMA     transport.RMA
+}
+
+// NewRMAPair serves a 1 MiB default region and table on a fresh address and dials it. It skips
+// the test if the transport's endpoints do not implement transport.RMA.
+func (o Options) NewRMAPair(t testing.TB) *RMAPair {
+	t.Helper()
+	tr := o.New(t)
+	p := &RMAPair{Default: o.buf(t, 1<<20), Table: buffer.NewTable()}
+	srv, err := tr.Listen(transport.ServerConfig{BindAddr: o.addr(t), Region: p.Default, Regions: p.Table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Server = srv
+	t.Cleanup(func() { srv.Close() })
+	ep, err := tr.Dial(ctx10(t), transport.DialConfig{Addr: srv.Addr(), Local: o.buf(t, 4096), Rank: 1, Lanes: o.Lanes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.EP = ep
+	t.Cleanup(func() { ep.Close() })
+	rma, ok := ep.(transport.RMA)
+	if !ok {
+		t.Skipf("%v endpoints do not implement transport.RMA", tr.Type())
+	}
+	p.RMA = rma
+	return p
+}
+
+// RunRMA runs the region and atomics conformance suite: many regions named by key and by
+// address, lookups at region boundaries, stale keys, deregistration during transfers, every
+// atomic operation and a concurrent fetch-add sum.
+func RunRMA(t *testing.T, o Options) {
+	t.Run("ManyRegions", func(t *testing.T) { testManyRegions(t, o) })
+	t.Run("Boundaries", func(t *testing.T) { testRegionBoundaries(t, o) })
+	t.Run("StaleKey", func(t *testing.T) { testStaleKey(t, o) })
+	t.Run("DeregisterInFlight", func(t *testing.T) { testDeregisterInFlight(t, o) })
+	t.Run("Atomics", func(t *testing.T) { testAtomics(t, o) })
+	t.Run("AtomicSum", func(t *testing.T) { testAtomicSum(t, o) })
+}
+
+// write and read are blocking RMA transfers.
+func write(ctx context.Context, r transport.RMA, src []byte, dst transport.Remote) error {
+	op, err := r.WriteAsync(ctx, src, dst)
+	if err != nil {
+		return err
+	}
+	return op.Wait(ctx)
+}
+
+func read(ctx context.Context, r transport.RMA, dst []byte, src transport.Remote) error {
+	op, err := r.ReadAsync(ctx, dst, src)
+	if err != nil {
+		return err
+	}
+	return op.Wait(ctx)
+}
+
+func testManyRegions(t *testing.T, o Options) {
+	p := o.NewRMAPair(t)
+	ctx := ctx10(t)
+	// Half ConnBuffers (memfd-backed, with their descriptor), half plain memory the caller owns
+	// (registered as bytes: the memory of a buffer here, because the race detector would see
+	// the server goroutine's writes into Go heap memory and the test's reads of it as a race,
+	// not knowing that the acknowledgement over the socket orders them), of sizes from 1 byte
+	// to 3 MiB.
+	var regs []*buffer.Region
+	for i := range 24 {
+		size := uint64(1) << (i % 22)
+		if i%5 == 0 {
+			size += 3
+		}
+		var r *buffer.Region
+		var err error
+		if i%2 == 0 {
+			r, err = p.Table.RegisterBuffer(o.buf(t, size))
+		} else {
+			r, err = p.Table.Register(o.buf(t, size).Bytes())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		regs = append(regs, r)
+	}
+	for i, r := range regs {
+		src := make([]byte, r.Size())
+		Fill(src, uint32(i)+1)
+		byAddr := i%2 == 0
+		dst := transport.Remote{Key: r.Key()}
+		if byAddr {
+			dst = transport.Remote{Addr: r.Addr()}
+		}
+		if err := write(ctx, p.RMA, src, dst); err != nil {
+			t.Fatalf("region %d (%d bytes, by address %v): %v", r.Key(), r.Size(), byAddr, err)
+		}
+		if !bytes.Equal(r.Bytes(), src) {
+			t.Fatalf("region %d: target bytes differ", r.Key())
+		}
+		back := make([]byte, r.Size())
+		other := transport.Remote{Addr: r.Addr()}
+		if byAddr {
+			other = transport.Remote{Key: r.Key()}
+		}
+		if err := read(ctx, p.RMA, back, other); err != nil || !bytes.Equal(back, src) {
+			t.Fatalf("region %d: read back: %v", r.Key(), err)
+		}
+	}
+	// The default region is still reached by offset, through both interfaces.
+	msg := []byte("default region")
+	if err := write(ctx, p.RMA, msg, transport.Remote{Key: transport.DefaultRegion, Addr: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(p.Default.Bytes()[100:100+len(msg)], msg) {
+		t.Fatal("default region by key: bytes differ")
+	}
+}
+
+func testRegionBoundaries(t *testing.T, o Options) {
+	p := o.NewRMAPair(t)
+	ctx := ctx10(t)
+	mem := o.buf(t, 3*4096).Bytes() // not Go heap memory: see testManyRegions
+	r, err := p.Table.Register(mem[4096 : 2*4096])
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := r.Addr()
+	one := []byte{0xAB}
+	two := []byte{1, 2}
+	cases := []struct {
+		name string
+		src  []byte
+		dst  transport.Remote
+		want error
+	}{
+		{"first byte by address", one, transport.Remote{Addr: base}, nil},
+		{"last byte by address", one, transport.Remote{Addr: base + 4095}, nil},
+		{"across the end by address", two, transport.Remote{Addr: base + 4095}, status.ErrOutOfRange},
+		{"byte before", one, transport.Remote{Addr: base - 1}, status.ErrNotFound},
+		{"byte after", one, transport.Remote{Addr: base + 4096}, status.ErrNotFound},
+		{"last byte by key", one, transport.Remote{Key: r.Key(), Addr: 4095}, nil},
+		{"across the end by key", two, transport.Remote{Key: r.Key(), Addr: 4095}, status.ErrOutOfRange},
+		{"offset past the end by key", one, transport.Remote{Key: r.Key(), Addr: 1 << 40}, status.ErrOutOfRange},
+		{"unknown key", one, transport.Remote{Key: r.Key() + 100}, status.ErrNotFound},
+		{"default region past its end", one, transport.Remote{Key: transport.DefaultRegion, Addr: 1 << 20}, status.ErrOutOfRange},
+	}
+	for _, c := range cases {
+		err := write(ctx, p.RMA, c.src, c.dst)
+		if (c.want == nil && err != nil) || (c.want != nil && !errors.Is(err, c.want)) {
+			t.Fatalf("%s: %v, want %v", c.name, err, c.want)
+		}
+		if c.want != nil {
+			if err := read(ctx, p.RMA, make([]byte, len(c.src)), c.dst); !errors.Is(err, c.want) {
+				t.Fatalf("%s (read): %v, want %v", c.name, err, c.want)
+			}
+		}
+	}
+	// Nothing outside the region moved; its edges hold what the accepted writes put there.
+	if mem[4095] != 0 || mem[2*4096] != 0 || mem[4096] != 0xAB || mem[2*4096-1] != 0xAB {
+		t.Fatalf("edges: %x %x %x %x", mem[4095], mem[4096], mem[2*4096-1], mem[2*4096])
+	}
+	// The endpoint still works after every refusal.
+	if err := write(ctx, p.RMA, two, transport.Remote{Key: r.Key(), Addr: 10}); err != nil {
+		t.Fatalf("after refusals: %v", err)
+	}
+}
+
+func testStaleKey(t *testing.T, o Options) {
+	p := o.NewRMAPair(t)
+	ctx := ctx10(t)
+	mem := o.buf(t, 8192).Bytes() // not Go heap memory: see testManyRegions
+	r, err := p.Table.Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := write(ctx, p.RMA, []byte{1}, transport.Remote{Key: r.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Table.Deregister(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	again, err := p.Table.Register(mem) // the same memory, a new key
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem[0] = 0
+	if err := write(ctx, p.RMA, []byte{2}, transport.Remote{Key: r.Key()}); !errors.Is(err, status.ErrNotFound) {
+		t.Fatalf("write with a stale key: %v", err)
+	}
+	if _, err := p.RMA.Atomic(ctx, buffer.AtomicFetchAdd, transport.Remote{Key: r.Key()}, 1, 0); !errors.Is(err, status.ErrNotFound) {
+		t.Fatalf("atomic with a stale key: %v", err)
+	}
+	if mem[0] != 0 {
+		t.Fatal("a stale key reached the memory registered again under a new key")
+	}
+	if err := write(ctx, p.RMA, []byte{3}, transport.Remote{Key: again.Key()}); err != nil || mem[0] != 3 {
+		t.Fatalf("new key: %v, byte %d", err, mem[0])
+	}
+}
+
+// testDeregisterInFlight deregisters a region while writers keep transfers to it in flight:
+// Deregister returns once those running have finished, every transfer ends with a result or
+// ErrNotFound, and afterwards every one is refused.
+func testDeregisterInFlight(t *testing.T, o Options) {
+	p := o.NewRMAPair(t)
+	ctx := ctx10(t)
+	const size = 8 << 20
+	b := o.buf(t, size)
+	r, err := p.Table.RegisterBuffer(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := make([]byte, 2<<20)
+	Fill(src, 5)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		bad  error
+		oks  int
+		refs int
+	)
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				dst := transport.Remote{Key: r.Key(), Addr: uint64((w*3+i)%4) << 21}
+				if w%2 == 1 {
+					dst = transport.Remote{Addr: r.Addr() + dst.Addr}
+				}
+				err := write(ctx, p.RMA, src, dst)
+				mu.Lock()
+				switch {
+				case err == nil:
+					oks++
+				case errors.Is(err, status.ErrNotFound):
+					refs++
+				default:
+					bad = err
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := p.Table.Deregister(ctx, r); err != nil {
+		t.Fatalf("deregister during writes: %v", err)
+	}
+	wg.Wait()
+	if bad != nil {
+		t.Fatalf("a write during deregistration: %v", bad)
+	}
+	if refs != 4 {
+		t.Fatalf("%d writers saw the deregistration, want 4 (%d writes landed)", refs, oks)
+	}
+	if err := read(ctx, p.RMA, make([]byte, 8), transport.Remote{Key: r.Key()}); !errors.Is(err, status.ErrNotFound) {
+		t.Fatalf("read after deregistration: %v", err)
+	}
+}
+
+func testAtomics(t *testing.T, o Options) {
+	p := o.NewRMAPair(t)
+	ctx := ctx10(t)
+	mem := make([]byte, 64) // Go allocations of 64 bytes are 8-byte aligned
+	r, err := p.Table.Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	word := transport.Remote{Key: r.Key(), Addr: 8}
+	if _, err := p.RMA.Atomic(ctx, buffer.AtomicStore, word, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		op               buffer.AtomicOp
+		operand, compare uint64
+		old              uint64
+	}{
+		{buffer.AtomicLoad, 0, 0, 10},
+		{buffer.AtomicFetchAdd, 5, 0, 10},
+		{buffer.AtomicSwap, 3, 0, 15},
+		{buffer.AtomicCAS, 7, 4, 3}, // fails: 3 != 4
+		{buffer.AtomicCAS, 7, 3, 3},
+		{buffer.AtomicFetchOr, 8, 0, 7},
+		{buffer.AtomicFetchAnd, 12, 0, 15},
+		{buffer.AtomicFetchXor, 5, 0, 12},
+		{buffer.AtomicLoad, 0, 0, 9},
+	}
+	for _, c := range cases {
+		old, err := p.RMA.Atomic(ctx, c.op, word, c.operand, c.compare)
+		if err != nil || old != c.old {
+			t.Fatalf("%v(%d, %d): %d, %v; want %d", c.op, c.operand, c.compare, old, err, c.old)
+		}
+	}
+	// By address too, and the owner sees the value through its own memory.
+	if old, err := p.RMA.Atomic(ctx, buffer.AtomicFetchAdd, transport.Remote{Addr: r.Addr() + 8}, 1, 0); err != nil || old != 9 {
+		t.Fatalf("by address: %d %v", old, err)
+	}
+	if v, _ := buffer.Atomic(mem, 8, buffer.AtomicLoad, 0, 0); v != 10 {
+		t.Fatalf("owner sees %d", v)
+	}
+	if _, err := p.RMA.Atomic(ctx, buffer.AtomicLoad, transport.Remote{Key: r.Key(), Addr: 4}, 0, 0); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatalf("misaligned word: %v", err)
+	}
+	if _, err := p.RMA.Atomic(ctx, buffer.AtomicLoad, transport.Remote{Key: r.Key(), Addr: 60}, 0, 0); !errors.Is(err, status.ErrOutOfRange) {
+		t.Fatalf("word past the end: %v", err)
+	}
+	if _, err := p.RMA.Atomic(ctx, 0, word, 0, 0); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatalf("atomic op 0: %v", err)
+	}
+	// The default region's words too.
+	if _, err := p.RMA.Atomic(ctx, buffer.AtomicFetchAdd, transport.Remote{Key: transport.DefaultRegion, Addr: 64}, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := buffer.Atomic(p.Default.Bytes(), 64, buffer.AtomicLoad, 0, 0); v != 2 {
+		t.Fatalf("default region word %d", v)
+	}
+}
+
+// testAtomicSum: goroutines sharing an endpoint and the owner itself add to one word at
+// once; the sum is exact.
+func testAtomicSum(t *testing.T, o Options) {
+	p := o.NewRMAPair(t)
+	ctx := ctx10(t)
+	mem := make([]byte, 8)
+	r, err := p.Table.Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const workers, each = 4, 2000
+	var wg sync.WaitGroup
+	errs := make(chan error, workers+1)
+	for range workers {
+		ep := p.EP
+		wg.Go(func() {
+			rma := ep.(transport.RMA)
+			for range each {
+				if _, err := rma.Atomic(ctx, buffer.AtomicFetchAdd, transport.Remote{Key: r.Key()}, 1, 0); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() { // the owner's own atomics on the same word
+		for range each {
+			if _, err := buffer.Atomic(mem, 0, buffer.AtomicFetchAdd, 1, 0); err != nil {
+				errs <- err
+				return
+			}
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if v, _ := buffer.Atomic(mem, 0, buffer.AtomicLoad, 0, 0); v != (workers+1)*each {
+		t.Fatalf("sum %d, want %d", v, (workers+1)*each)
+	}
+}
+
+// atomicChildEnv names an atomic-sum child's job: "addr key off n".
+const atomicChildEnv = "HMC_TRANSPORTTEST_ATOMIC_CHILD"
+
+// MaybeAtomicChild makes this process an atomic-sum child if the parent (AtomicSumProcesses)
+// started it as one: it runs the job with the transport newTr returns and exits. Call it first
+// in TestMain.
+func MaybeAtomicChild(newTr func() (transport.Transport, error)) {
+	job := os.Getenv(atomicChildEnv)
+	if job == "" {
+		return
+	}
+	var addr string
+	var key buffer.Key
+	var off uint64
+	var n int
+	if _, err := fmt.Sscan(job, &addr, &key, &off, &n); err != nil {
+		fmt.Fprintln(os.Stderr, "atomic child: bad job", job, err)
+		os.Exit(2)
+	}
+	tr, err := newTr()
+	if err == nil {
+		err = atomicSumChild(tr, addr, key, off, n)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "atomic child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// AtomicSumProcesses starts procs processes (this test binary again; its TestMain calls
+// MaybeAtomicChild) that each add 1 to one word of a region this process registered, each
+// times, all at once, over the transport; the word must end at the exact sum.
+func AtomicSumProcesses(t *testing.T, o Options, procs, each int) {
+	p := o.NewRMAPair(t)
+	mem := o.buf(t, 4096)
+	r, err := p.Table.RegisterBuffer(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const off = 64
+	start := time.Now()
+	var cmds []*exec.Cmd
+	for range procs {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %d %d", atomicChildEnv, p.Server.Addr(), r.Key(), off, each))
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("child %d: %v", i, err)
+		}
+	}
+	got, err := buffer.Atomic(mem.Bytes(), off, buffer.AtomicLoad, 0, 0)
+	if err != nil || got != uint64(procs*each) {
+		t.Fatalf("%d processes x %d fetch-adds: word is %d (%v), want %d", procs, each, got, err, procs*each)
+	}
+	t.Logf("%d processes x %d fetch-adds in %v", procs, each, time.Since(start).Round(time.Millisecond))
+}
+
+// atomicSumChild dials addr with tr and adds 1 to the word named by key and offset n times.
+func atomicSumChild(tr transport.Transport, addr string, key buffer.Key, off uint64, n int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	local, err := buffer.New(0, 4096, memory.CPU)
+	if err != nil {
+		return err
+	}
+	defer local.Close()
+	ep, err := tr.Dial(ctx, transport.DialConfig{Addr: addr, Local: local, Rank: 1})
+	if err != nil {
+		return err
+	}
+	defer ep.Close()
+	rma, ok := ep.(transport.RMA)
+	if !ok {
+		return fmt.Errorf("%v: no RMA: %w", tr.Type(), status.ErrUnsupported)
+	}
+	for range n {
+		if _, err := rma.Atomic(ctx, buffer.AtomicFetchAdd, transport.Remote{Key: key, Addr: off}, 1, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
