@@ -81,6 +81,31 @@ type Table struct {
 	byKey  map[Key]*Region // guarded by mu
 	sorted []*Region       // by address, disjoint; guarded by mu
 	next   Key             // the last key handed out; guarded by mu
+	fences map[int]Fence   // guarded by mu
+	fenceN int             // guarded by mu
+}
+
+// Fence is called by the last Deregister of a region, once the region has left the table and
+// before Deregister waits for the owner's own operations on it. A transport whose peers reach
+// memory without the owner's CPU (a shared mapping, cross-memory attach) waits there until those
+// peers' operations on r have ended and no new one can start, within ctx.
+type Fence func(ctx context.Context, r *Region) error
+
+// AddFence makes Deregister call f; remove undoes it.
+func (t *Table) AddFence(f Fence) (remove func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.fences == nil {
+		t.fences = make(map[int]Fence)
+	}
+	t.fenceN++
+	id := t.fenceN
+	t.fences[id] = f
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		delete(t.fences, id)
+	}
 }
 
 // NewTable returns an empty Table.
@@ -166,7 +191,17 @@ func (t *Table) Deregister(ctx context.Context, r *Region) error {
 	if i := t.search(r.Addr()); i > 0 && t.sorted[i-1] == r {
 		t.sorted = slices.Delete(t.sorted, i-1, i)
 	}
+	fences := make([]Fence, 0, len(t.fences))
+	for _, f := range t.fences {
+		fences = append(fences, f)
+	}
 	t.mu.Unlock()
+	var ferr error
+	for _, f := range fences {
+		if err := f(ctx, r); err != nil && ferr == nil {
+			ferr = fmt.Errorf("deregister region %d: %w", r.key, err)
+		}
+	}
 	r.mu.Lock()
 	r.dead = true
 	r.drained = make(chan struct{})
@@ -177,7 +212,7 @@ func (t *Table) Deregister(ctx context.Context, r *Region) error {
 	r.mu.Unlock()
 	select {
 	case <-drained:
-		return nil
+		return ferr
 	case <-ctx.Done():
 		return fmt.Errorf("deregister region %d: operations still in flight: %w", r.key, status.FromContext(ctx))
 	}

@@ -36,6 +36,10 @@ type endpoint struct {
 	helpers *helpers // copy goroutines for large transfers; nil with one worker
 
 	unpin func() error // releases the device's page lock on remote (device local regions), or nil
+
+	version uint16 // the link's version: 2 serves region requests
+	pid     int    // the target's pid (SO_PEERCRED), for cross-memory attach
+	peer    peerRegions
 }
 
 // Dial connects to a target's socket, receives its memfd and maps it.
@@ -63,7 +67,8 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 	}
 	// Whoever holds the socket's name gets our hello and would get our puts: a process of
 	// another user that took the name first is refused before anything is sent.
-	if _, err := t.cfg.peers().Check(c); err != nil {
+	cred, err := t.cfg.peers().Check(c)
+	if err != nil {
 		_ = c.Close()
 		return nil, fmt.Errorf("shm: dial %s: %w", cfg.Addr, err)
 	}
@@ -72,7 +77,9 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 		_ = c.Close() // the handshake failed; its error is reported
 		return nil, fmt.Errorf("shm: %s: %w", cfg.Addr, err)
 	}
-	ep := &endpoint{cfg: t.cfg, region: cfg.Local, local: local, conn: c, whole: whole.mapping, remote: whole.region}
+	ep := &endpoint{cfg: t.cfg, region: cfg.Local, local: local, conn: c, whole: whole.mapping, remote: whole.region,
+		version: whole.version, pid: cred.PID}
+	ep.peer.init()
 	if local == nil {
 		// Device copies into and out of pageable memory run at a fraction of the link's rate
 		// (H100: 12 vs 54 GB/s device-to-host at 4 MiB), so the peer's mapping is page-locked
@@ -96,7 +103,10 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 	return ep, nil
 }
 
-type mapping struct{ mapping, region []byte }
+type mapping struct {
+	mapping, region []byte
+	version         uint16 // the handshake's: the version the link runs
+}
 
 func (t *Transport) handshake(ctx context.Context, c *net.UnixConn, h hello, myBoot [bootIDSize]byte) (mapping, error) {
 	dl, ok := ctx.Deadline()
@@ -135,7 +145,9 @@ func (t *Transport) handshake(ctx context.Context, c *net.UnixConn, h hello, myB
 	if len(fds) != 1 {
 		return mapping{}, fmt.Errorf("offer carried %d descriptors, want 1: %w", len(fds), status.ErrProtocol)
 	}
-	return mapRegion(fds[0], o.size)
+	m, err := mapRegion(fds[0], 0, o.size)
+	m.version = o.version
+	return m, err
 }
 
 func parseRights(oob []byte) []int {
@@ -154,37 +166,46 @@ func parseRights(oob []byte) []int {
 
 // mapRegion maps the target's memfd after checking what the target declared against what the
 // descriptor is: a peer's declaration is peer input.
-func mapRegion(fd int, size uint64) (mapping, error) {
-	if size == 0 || size > 1<<46 {
+func mapRegion(fd int, off, size uint64) (mapping, error) {
+	if size == 0 || size > 1<<46 || off > 1<<46 {
 		return mapping{}, fmt.Errorf("declared region of %d bytes: %w", size, status.ErrProtocol)
 	}
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || uint64(st.Size) < size {
-		return mapping{}, fmt.Errorf("descriptor is not a regular file of at least %d bytes: %w", size, status.ErrProtocol)
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || uint64(st.Size) < off+size {
+		return mapping{}, fmt.Errorf("descriptor is not a regular file of at least %d bytes: %w", off+size, status.ErrProtocol)
 	}
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
 		return mapping{}, fmt.Errorf("target memfd's size is not sealed (seals %#x): it could shrink under the mapping: %w", seals, status.ErrProtocol)
 	}
 	page := uint64(os.Getpagesize())
-	mapped := (size + page - 1) &^ (page - 1)
-	m, err := unix.Mmap(fd, 0, int(mapped), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	start := off &^ (page - 1) // mmap's offset is page-aligned; the region starts lead bytes in
+	lead := off - start
+	mapped := (lead + size + page - 1) &^ (page - 1)
+	m, err := unix.Mmap(fd, int64(start), int(mapped), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return mapping{}, fmt.Errorf("mmap: %w: %w", status.ErrFailed, err)
 	}
-	return mapping{mapping: m, region: m[:size:size]}, nil
+	return mapping{mapping: m, region: m[lead : lead+size : lead+size]}, nil
 }
 
-// watch waits for the liveness link to end (the target exited or closed its server).
+// watch reads the link until it ends (the target exited or closed its server): on a version-2
+// link it also hands the target's answers to region requests to the requester.
 func (ep *endpoint) watch() {
 	defer ep.wg.Done()
-	var one [1]byte
-	_, err := ep.conn.Read(one[:])
+	var err error
+	if ep.version >= 2 {
+		err = ep.peer.readReplies(ep.conn)
+	} else {
+		var one [1]byte
+		_, err = ep.conn.Read(one[:])
+	}
 	if err == nil || errors.Is(err, io.EOF) {
 		err = io.EOF
 	}
 	e := fmt.Errorf("shm: target gone: %w: %w", status.ErrPeerClosed, err)
 	ep.dead.CompareAndSwap(nil, &e)
+	ep.peer.linkDown()
 }
 
 func (ep *endpoint) RemoteSize() uint64 {
@@ -400,9 +421,11 @@ func (ep *endpoint) Close() error {
 	ep.closeO.Do(func() {
 		e := fmt.Errorf("shm: endpoint: %w", status.ErrClosed)
 		ep.dead.CompareAndSwap(nil, &e)
+		ep.peer.stop()
 		_ = ep.conn.Close() // ends watch
 		ep.wg.Wait()
 		ep.helpers.close()
+		ep.peer.close() // the region mappings, after every copy (copies hold mu shared)
 		ep.mu.Lock()
 		if ep.remote != nil {
 			if ep.unpin != nil {

@@ -16,7 +16,9 @@ import (
 type server struct {
 	t        *Transport
 	fd       int
-	offer    []byte
+	size     uint64
+	boot     [bootIDSize]byte
+	regions  *regionServer // the process's region table (version-2 links), or nil
 	onAccept func(transport.PeerInfo)
 	l        *net.UnixListener
 	links    *acceptor.Server[*net.UnixConn]
@@ -40,8 +42,13 @@ func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error)
 	if err != nil {
 		return nil, fmt.Errorf("shm: listen %s: %w: %w", cfg.BindAddr, status.ErrInvalidConfig, err)
 	}
-	s := &server{t: t, fd: cfg.Region.FD(), offer: offer{size: cfg.Region.Size(), bootID: boot}.encode(),
-		onAccept: cfg.OnAccept, l: l}
+	s := &server{t: t, fd: cfg.Region.FD(), size: cfg.Region.Size(), boot: boot, onAccept: cfg.OnAccept, l: l}
+	if cfg.Regions != nil {
+		if s.regions, err = newRegionServer(cfg.Regions); err != nil {
+			_ = l.Close()
+			return nil, err
+		}
+	}
 	s.links = acceptor.Start(l, l.AcceptUnix, s.serve, t.cfg.Logger, "shm")
 	return s, nil
 }
@@ -51,7 +58,11 @@ func (s *server) Addr() string { return s.l.Addr().String() }
 // Close stops accepting and closes every initiator's liveness link, so their endpoints fail
 // from then on; their mappings stay valid.
 func (s *server) Close() error {
-	if err := s.links.Close(); err != nil {
+	err := s.links.Close()
+	if s.regions != nil {
+		s.regions.close()
+	}
+	if err != nil {
 		return fmt.Errorf("shm: close: %w: %w", status.ErrFailed, err)
 	}
 	return nil
@@ -85,14 +96,51 @@ func (s *server) serve(c *net.UnixConn) {
 		}
 		s.onAccept(transport.PeerInfo{Rank: h.rank, IP: ip, ListenPort: int(h.listenPort)})
 	}
-	if _, _, err := c.WriteMsgUnix(s.offer, unix.UnixRights(s.fd), nil); err != nil {
+	o := offer{version: h.version, size: s.size, bootID: s.boot}
+	if _, _, err := c.WriteMsgUnix(o.encode(), unix.UnixRights(s.fd), nil); err != nil {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
+	if h.version >= 2 {
+		s.serveRegions(c)
+		return
+	}
 	var one [1]byte
 	for { // the initiator never sends more; this returns when it closes or Close closes c
 		if _, err := c.Read(one[:]); err != nil {
 			return
+		}
+	}
+}
+
+// serveRegions answers an initiator's region requests (version 2) until it or Close ends the
+// link. A request that does not decode ends the link: the initiator is out of step.
+func (s *server) serveRegions(c *net.UnixConn) {
+	var (
+		qb          [linkReqSize]byte
+		rb          [linkRespSize]byte
+		controlSent bool
+	)
+	for {
+		if _, err := io.ReadFull(c, qb[:]); err != nil {
+			return
+		}
+		q, err := decodeLinkReq(&qb)
+		if err != nil {
+			s.t.cfg.Logger.Warn("shm: bad region request", "err", err)
+			return
+		}
+		resp, fds := s.regions.answer(q, controlSent)
+		resp.encode(&rb)
+		var oob []byte
+		if len(fds) > 0 {
+			oob = unix.UnixRights(fds...)
+		}
+		if _, _, err := c.WriteMsgUnix(rb[:], oob, nil); err != nil {
+			return
+		}
+		if resp.flags&lflagControlFD != 0 {
+			controlSent = true
 		}
 	}
 }

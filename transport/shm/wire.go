@@ -7,12 +7,17 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/status"
 )
 
 const (
-	magic      = "HMCS"
-	version    = 1
+	magic = "HMCS"
+	// version is the highest version this side speaks: the initiator offers it in its hello,
+	// the target answers in its offer with the highest both speak (minVersion at least).
+	// Version 2 adds region requests on the link after the offer.
+	version    = 2
+	minVersion = 1
 	helloSize  = 64
 	maxIPLen   = 46
 	offerSize  = 56
@@ -22,6 +27,7 @@ const (
 // hello: initiator → target, 64 bytes: magic, version u16, listen port u16, rank u32, IP
 // length u8, reserved [3], the initiator's IP as text (at most 46 bytes), zero padding.
 type hello struct {
+	version    uint16 // decoded: the version both sides run
 	rank       uint32
 	listenPort uint16
 	ip         string
@@ -46,27 +52,29 @@ func decodeHello(b []byte) (hello, error) {
 	if len(b) != helloSize || string(b[:4]) != magic {
 		return hello{}, fmt.Errorf("shm: bad hello: %w", status.ErrProtocol)
 	}
-	if v := binary.LittleEndian.Uint16(b[4:]); v != version {
-		return hello{}, fmt.Errorf("shm: initiator speaks version %d, target %d: %w", v, version, status.ErrUnsupported)
+	v := binary.LittleEndian.Uint16(b[4:])
+	if v < minVersion {
+		return hello{}, fmt.Errorf("shm: initiator speaks versions up to %d, target %d..%d: %w", v, minVersion, version, status.ErrUnsupported)
 	}
 	n := int(b[12])
 	if n > maxIPLen {
 		return hello{}, fmt.Errorf("shm: hello IP of %d bytes: %w", n, status.ErrProtocol)
 	}
-	return hello{rank: binary.LittleEndian.Uint32(b[8:]), listenPort: binary.LittleEndian.Uint16(b[6:]), ip: string(b[16 : 16+n])}, nil
+	return hello{version: min(v, version), rank: binary.LittleEndian.Uint32(b[8:]), listenPort: binary.LittleEndian.Uint16(b[6:]), ip: string(b[16 : 16+n])}, nil
 }
 
 // offer: target → initiator, sent with the memfd: magic, version u16, reserved u16, region
 // size u64, boot id [40] (the kernel's boot_id text, NUL-padded), plus reserved to 56 bytes.
 type offer struct {
-	size   uint64
-	bootID [bootIDSize]byte
+	version uint16 // the version the link runs
+	size    uint64
+	bootID  [bootIDSize]byte
 }
 
 func (o offer) encode() []byte {
 	b := make([]byte, offerSize)
 	copy(b, magic)
-	binary.LittleEndian.PutUint16(b[4:], version)
+	binary.LittleEndian.PutUint16(b[4:], o.version)
 	binary.LittleEndian.PutUint64(b[8:], o.size)
 	copy(b[16:16+bootIDSize], o.bootID[:])
 	return b
@@ -77,8 +85,9 @@ func decodeOffer(b []byte) (offer, error) {
 	if len(b) != offerSize || string(b[:4]) != magic {
 		return o, fmt.Errorf("shm: bad offer: %w", status.ErrProtocol)
 	}
-	if v := binary.LittleEndian.Uint16(b[4:]); v != version {
-		return o, fmt.Errorf("shm: target speaks version %d, initiator %d: %w", v, version, status.ErrUnsupported)
+	o.version = binary.LittleEndian.Uint16(b[4:])
+	if o.version < minVersion || o.version > version {
+		return o, fmt.Errorf("shm: target runs version %d, initiator %d..%d: %w", o.version, minVersion, version, status.ErrUnsupported)
 	}
 	o.size = binary.LittleEndian.Uint64(b[8:])
 	copy(o.bootID[:], b[16:16+bootIDSize])
@@ -96,3 +105,100 @@ var BootID = sync.OnceValues(func() ([bootIDSize]byte, error) {
 	copy(id[:], strings.TrimSpace(string(b)))
 	return id, nil
 })
+
+// Region requests (version 2): after the offer, the initiator may ask the target about its
+// registered regions on the link, one request at a time (docs/wire/shm.md).
+const (
+	linkReqSize  = 48
+	linkRespSize = 48
+
+	lopResolveKey  = 1 // where is region key (and may I reach [off, off+length) of it)?
+	lopResolveAddr = 2 // which region holds [addr, addr+length)?
+	lopAtomic      = 3 // run an atomic on a word of a region without a memfd
+
+	lopResolved = 0x81
+	lopAtomicOK = 0x83
+
+	lstOK         = 0
+	lstOutOfRange = 1
+	lstNotFound   = 2
+	lstMisaligned = 3
+	lstNoSlot     = 4 // the target's control page has no slot left for another region
+
+	lflagRegionFD  = 1 // the region's memfd is attached
+	lflagControlFD = 2 // the target's control memfd is attached
+)
+
+// linkReq is a region request, initiator → target.
+type linkReq struct {
+	op, aop          uint8
+	key              uint32
+	id               uint64
+	addr             uint64 // an offset in region key, or an address when key is 0
+	length           uint64
+	operand, compare uint64
+}
+
+func (r linkReq) encode(b *[linkReqSize]byte) {
+	*b = [linkReqSize]byte{}
+	b[0], b[1] = r.op, r.aop
+	binary.LittleEndian.PutUint32(b[4:], r.key)
+	binary.LittleEndian.PutUint64(b[8:], r.id)
+	binary.LittleEndian.PutUint64(b[16:], r.addr)
+	binary.LittleEndian.PutUint64(b[24:], r.length)
+	binary.LittleEndian.PutUint64(b[32:], r.operand)
+	binary.LittleEndian.PutUint64(b[40:], r.compare)
+}
+
+func decodeLinkReq(b *[linkReqSize]byte) (linkReq, error) {
+	r := linkReq{op: b[0], aop: b[1], key: binary.LittleEndian.Uint32(b[4:]), id: binary.LittleEndian.Uint64(b[8:]),
+		addr: binary.LittleEndian.Uint64(b[16:]), length: binary.LittleEndian.Uint64(b[24:]),
+		operand: binary.LittleEndian.Uint64(b[32:]), compare: binary.LittleEndian.Uint64(b[40:])}
+	switch {
+	case r.op < lopResolveKey || r.op > lopAtomic:
+		return r, fmt.Errorf("shm: link request op %d: %w", r.op, status.ErrProtocol)
+	case b[2] != 0 || b[3] != 0:
+		return r, fmt.Errorf("shm: reserved link request bits set: %w", status.ErrProtocol)
+	case (r.op == lopResolveKey) != (r.key != 0) && r.op != lopAtomic:
+		return r, fmt.Errorf("shm: link request op %d with key %d: %w", r.op, r.key, status.ErrProtocol)
+	case r.op == lopAtomic && (!buffer.AtomicOp(r.aop).Valid() || r.length != 8):
+		return r, fmt.Errorf("shm: link atomic %d on %d bytes: %w", r.aop, r.length, status.ErrProtocol)
+	case r.op != lopAtomic && (r.aop != 0 || r.operand != 0 || r.compare != 0):
+		return r, fmt.Errorf("shm: atomic fields on a resolve request: %w", status.ErrProtocol)
+	}
+	return r, nil
+}
+
+// linkResp answers a region request, target → initiator, with the descriptors its flags name.
+type linkResp struct {
+	op, status, flags uint8
+	key               uint32
+	id                uint64
+	addr, size        uint64 // the region (resolved); addr holds the old value of an atomic
+	fdOff             uint64 // the region's offset in its memfd
+	slot              uint32 // the region's word in the control memfd
+}
+
+func (r linkResp) encode(b *[linkRespSize]byte) {
+	*b = [linkRespSize]byte{}
+	b[0], b[1], b[2] = r.op, r.status, r.flags
+	binary.LittleEndian.PutUint32(b[4:], r.key)
+	binary.LittleEndian.PutUint64(b[8:], r.id)
+	binary.LittleEndian.PutUint64(b[16:], r.addr)
+	binary.LittleEndian.PutUint64(b[24:], r.size)
+	binary.LittleEndian.PutUint64(b[32:], r.fdOff)
+	binary.LittleEndian.PutUint32(b[40:], r.slot)
+}
+
+func decodeLinkResp(b *[linkRespSize]byte) (linkResp, error) {
+	r := linkResp{op: b[0], status: b[1], flags: b[2], key: binary.LittleEndian.Uint32(b[4:]), id: binary.LittleEndian.Uint64(b[8:]),
+		addr: binary.LittleEndian.Uint64(b[16:]), size: binary.LittleEndian.Uint64(b[24:]),
+		fdOff: binary.LittleEndian.Uint64(b[32:]), slot: binary.LittleEndian.Uint32(b[40:])}
+	switch {
+	case r.op != lopResolved && r.op != lopAtomicOK:
+		return r, fmt.Errorf("shm: link response op %#x: %w", r.op, status.ErrProtocol)
+	case r.status > lstNoSlot || r.flags > lflagRegionFD|lflagControlFD || b[3] != 0 || binary.LittleEndian.Uint32(b[44:]) != 0:
+		return r, fmt.Errorf("shm: bad link response fields: %w", status.ErrProtocol)
+	}
+	return r, nil
+}

@@ -359,3 +359,29 @@ func TestAtomicSumProcesses(t *testing.T) {
 	}
 	transporttest.AtomicSumProcesses(t, transporttest.Options{New: newTCP}, 8, each)
 }
+
+// Requests of either version: decoding never panics, and whatever decodes encodes back to the
+// same bytes.
+func FuzzRequest(f *testing.F) {
+	var rb [reqSize]byte
+	request{op: opPut, id: 1, offset: 2, length: 3}.encode(&rb)
+	f.Add(rb[:], uint16(1))
+	request{op: opAtomic, mode: modeKey, aop: 5, key: 9, id: 4, offset: 64, length: 8}.encode(&rb)
+	f.Add(rb[:], uint16(2))
+	f.Fuzz(func(t *testing.T, b []byte, v uint16) {
+		if len(b) < reqSize {
+			return
+		}
+		var q [reqSize]byte
+		copy(q[:], b)
+		r, err := decodeRequest(&q, v%3)
+		if err != nil {
+			return
+		}
+		var again [reqSize]byte
+		r.encode(&again)
+		if again != q {
+			t.Fatalf("request % x re-encodes as % x", q, again)
+		}
+	})
+}

@@ -1,0 +1,448 @@
+package shm
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+// peerRegion is a region of the target that this endpoint resolved: mapped from its memfd, or
+// reached with cross-memory attach when it has none.
+type peerRegion struct {
+	key        buffer.Key
+	addr, size uint64
+	mem        []byte         // the region in our mapping; nil: cross-memory attach
+	whole      []byte         // the mapping, for munmap
+	slot       *atomic.Uint64 // its word in the target's control page
+
+	local sync.RWMutex // copies hold it shared; dropping the mapping takes it
+}
+
+// peerRegions caches the target's regions this endpoint resolved, by key and by address, and
+// carries its region requests on the link.
+type peerRegions struct {
+	mu     sync.Mutex
+	byKey  map[buffer.Key]*peerRegion // guarded by mu
+	sorted []*peerRegion              // by address, disjoint; guarded by mu
+	ctl    []byte                     // the target's control page, mapped; guarded by mu
+	closed bool                       // guarded by mu
+
+	reqMu   sync.Mutex     // one request on the link at a time
+	ids     atomic.Uint64  // request ids
+	replies chan linkReply // the link reader's answers (capacity 1)
+	down    chan struct{}  // closed when the link ends
+	downO   sync.Once
+	quit    chan struct{} // closed by the endpoint's Close: the link reader stops handing answers
+	quitO   sync.Once
+}
+
+// linkReply is one answer read from the link, with the descriptors that came with it.
+type linkReply struct {
+	resp linkResp
+	fds  []int
+}
+
+func (p *peerRegions) init() {
+	p.byKey = make(map[buffer.Key]*peerRegion)
+	p.replies = make(chan linkReply, 1)
+	p.down = make(chan struct{})
+	p.quit = make(chan struct{})
+}
+
+func (p *peerRegions) stop() { p.quitO.Do(func() { close(p.quit) }) }
+
+func (p *peerRegions) linkDown() { p.downO.Do(func() { close(p.down) }) }
+
+// readReplies reads the target's answers until the link ends, and hands each to the waiting
+// requester (one at a time). An answer nobody waits for any more (its requester gave up) is
+// dropped, its descriptors closed.
+func (p *peerRegions) readReplies(c *net.UnixConn) error {
+	var b [linkRespSize]byte
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	for {
+		n, oobn, _, _, err := c.ReadMsgUnix(b[:], oob)
+		if err != nil {
+			return err
+		}
+		fds := parseRights(oob[:oobn])
+		if n < linkRespSize {
+			if _, err := io.ReadFull(c, b[n:]); err != nil {
+				closeFDs(fds)
+				return err
+			}
+		}
+		resp, err := decodeLinkResp(&b)
+		if err != nil {
+			closeFDs(fds)
+			return err
+		}
+		select { // a requester that gave up leaves its answer here; the next one discards it by id
+		case p.replies <- linkReply{resp, fds}:
+		case <-p.quit:
+			closeFDs(fds)
+			return nil
+		}
+	}
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		_ = unix.Close(fd) // received descriptors we do not keep
+	}
+}
+
+// request sends q on the link and waits for its answer (ctx bounds the wait).
+func (p *peerRegions) request(ctx context.Context, c *net.UnixConn, q linkReq) (linkReply, error) {
+	p.reqMu.Lock()
+	defer p.reqMu.Unlock()
+	q.id = p.ids.Add(1)
+	var b [linkReqSize]byte
+	q.encode(&b)
+	for { // drop answers to requests whose requester gave up
+		select {
+		case r := <-p.replies:
+			closeFDs(r.fds)
+			continue
+		default:
+		}
+		break
+	}
+	if _, err := c.Write(b[:]); err != nil {
+		return linkReply{}, fmt.Errorf("shm: region request: %w: %w", status.ErrPeerClosed, err)
+	}
+	for {
+		select {
+		case r := <-p.replies:
+			if r.resp.id != q.id {
+				closeFDs(r.fds)
+				continue
+			}
+			return r, nil
+		case <-p.down:
+			return linkReply{}, fmt.Errorf("shm: region request: target gone: %w", status.ErrPeerClosed)
+		case <-ctx.Done():
+			return linkReply{}, fmt.Errorf("shm: region request: %w", status.FromContext(ctx))
+		}
+	}
+}
+
+// lookup returns the cached region holding n bytes at dst, and the offset there.
+func (p *peerRegions) lookup(dst transport.Remote, n uint64) (*peerRegion, uint64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var r *peerRegion
+	off := dst.Addr
+	if dst.Key != 0 {
+		r = p.byKey[dst.Key]
+	} else if i := sort.Search(len(p.sorted), func(i int) bool { return p.sorted[i].addr > dst.Addr }); i > 0 {
+		if c := p.sorted[i-1]; dst.Addr < c.addr+c.size {
+			r, off = c, dst.Addr-c.addr
+		}
+	}
+	if r == nil || buffer.CheckRange(r.size, off, n) != nil {
+		return nil, 0, false
+	}
+	return r, off, true
+}
+
+// add caches a region the target described (mapping its memfd if one came), unless already.
+func (p *peerRegions) add(resp linkResp, fds []int) (*peerRegion, error) {
+	defer closeFDs(fds) // a mapping keeps the memory; the descriptors are not needed
+	fdi := 0
+	var regionFD, ctlFD = -1, -1
+	if resp.flags&lflagRegionFD != 0 {
+		if fdi >= len(fds) {
+			return nil, fmt.Errorf("shm: region answer names a descriptor that did not come: %w", status.ErrProtocol)
+		}
+		regionFD = fds[fdi]
+		fdi++
+	}
+	if resp.flags&lflagControlFD != 0 {
+		if fdi >= len(fds) {
+			return nil, fmt.Errorf("shm: region answer names a descriptor that did not come: %w", status.ErrProtocol)
+		}
+		ctlFD = fds[fdi]
+	}
+	if resp.size == 0 || resp.addr+resp.size < resp.addr || resp.slot >= ctlSlots || resp.key == 0 {
+		return nil, fmt.Errorf("shm: region answer [%#x, +%d) slot %d: %w", resp.addr, resp.size, resp.slot, status.ErrProtocol)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, fmt.Errorf("shm: endpoint: %w", status.ErrClosed)
+	}
+	if ctlFD >= 0 && p.ctl == nil {
+		m, err := mapRegion(ctlFD, 0, ctlSlots*8)
+		if err != nil {
+			return nil, fmt.Errorf("shm: control page: %w", err)
+		}
+		p.ctl = m.mapping
+	}
+	if p.ctl == nil {
+		return nil, fmt.Errorf("shm: region answer before the control page: %w", status.ErrProtocol)
+	}
+	key := buffer.Key(resp.key)
+	if r := p.byKey[key]; r != nil {
+		return r, nil // another requester cached it meanwhile
+	}
+	r := &peerRegion{key: key, addr: resp.addr, size: resp.size, slot: word(p.ctl, resp.slot)}
+	if regionFD >= 0 {
+		m, err := mapRegion(regionFD, resp.fdOff, resp.size)
+		if err != nil {
+			return nil, fmt.Errorf("shm: region %d: %w", key, err)
+		}
+		r.mem, r.whole = m.region, m.mapping
+	}
+	i := sort.Search(len(p.sorted), func(i int) bool { return p.sorted[i].addr > r.addr })
+	if (i > 0 && p.sorted[i-1].addr+p.sorted[i-1].size > r.addr) || (i < len(p.sorted) && p.sorted[i].addr < r.addr+r.size) {
+		r.unmap()
+		return nil, fmt.Errorf("shm: target's region %d overlaps one it described before: %w", key, status.ErrProtocol)
+	}
+	p.byKey[key] = r
+	p.sorted = slices.Insert(p.sorted, i, r)
+	return r, nil
+}
+
+// drop forgets a region the target deregistered and unmaps it once no copy uses it.
+func (p *peerRegions) drop(r *peerRegion) {
+	p.mu.Lock()
+	if p.byKey[r.key] == r {
+		delete(p.byKey, r.key)
+		if i := slices.Index(p.sorted, r); i >= 0 {
+			p.sorted = slices.Delete(p.sorted, i, i+1)
+		}
+	}
+	p.mu.Unlock()
+	r.local.Lock()
+	r.unmap()
+	r.local.Unlock()
+}
+
+func (r *peerRegion) unmap() {
+	if r.whole != nil {
+		_ = unix.Munmap(r.whole) // r is out of the cache and nobody copies: none can fault
+		r.whole, r.mem = nil, nil
+	}
+}
+
+// close unmaps every region and the control page; called by the endpoint's Close after the
+// link reader is gone.
+func (p *peerRegions) close() {
+	p.mu.Lock()
+	regs := p.sorted
+	p.byKey, p.sorted, p.closed = map[buffer.Key]*peerRegion{}, nil, true
+	ctl := p.ctl
+	p.ctl = nil
+	p.mu.Unlock()
+	for _, r := range regs {
+		r.local.Lock()
+		r.unmap()
+		r.local.Unlock()
+	}
+	if ctl != nil {
+		_ = unix.Munmap(ctl) // every region is unmapped: no slot is in use
+	}
+}
+
+// errDeregistered is what an operation on a region the target deregistered fails with.
+func errDeregistered(k buffer.Key) error {
+	return fmt.Errorf("shm: region %d: deregistered by the target: %w", k, status.ErrNotFound)
+}
+
+// enter marks an operation on r in flight in the target's control page, or reports the region
+// deregistered (then drops it). The caller calls exit after its copy.
+func (ep *endpoint) enter(r *peerRegion) error {
+	if r.slot.Add(1)&ctlDead != 0 {
+		r.slot.Add(^uint64(0))
+		ep.peer.drop(r)
+		return errDeregistered(r.key)
+	}
+	r.local.RLock()
+	return nil
+}
+
+func exit(r *peerRegion) {
+	r.local.RUnlock()
+	r.slot.Add(^uint64(0))
+}
+
+// resolve finds the target's region for n bytes at dst, asking the target on a cache miss.
+func (ep *endpoint) resolve(ctx context.Context, dst transport.Remote, n uint64) (*peerRegion, uint64, error) {
+	if r, off, ok := ep.peer.lookup(dst, n); ok {
+		return r, off, nil
+	}
+	if ep.version < 2 {
+		return nil, 0, fmt.Errorf("shm: the target speaks link version %d, which has no registered regions: %w", ep.version, status.ErrUnsupported)
+	}
+	q := linkReq{op: lopResolveAddr, addr: dst.Addr, length: n}
+	if dst.Key != 0 {
+		q.op, q.key = lopResolveKey, uint32(dst.Key)
+	}
+	rep, err := ep.peer.request(ctx, ep.conn, q)
+	if err != nil {
+		return nil, 0, err
+	}
+	if rep.resp.status != lstOK {
+		closeFDs(rep.fds)
+		return nil, 0, linkRefusal(rep.resp.status)
+	}
+	r, err := ep.peer.add(rep.resp, rep.fds)
+	if err != nil {
+		return nil, 0, err
+	}
+	off := dst.Addr
+	if dst.Key == 0 {
+		off = dst.Addr - r.addr
+	}
+	if err := buffer.CheckRange(r.size, off, n); err != nil { // the target checked; so do we
+		return nil, 0, fmt.Errorf("shm: region %d: %w", r.key, err)
+	}
+	return r, off, nil
+}
+
+// linkRefusal is the error of a region request the target refused with status st.
+func linkRefusal(st uint8) error {
+	switch st {
+	case lstOutOfRange:
+		return fmt.Errorf("shm: target refused the range: %w", status.ErrOutOfRange)
+	case lstMisaligned:
+		return fmt.Errorf("shm: target refused an atomic on a word not 8-byte aligned: %w", status.ErrInvalidConfig)
+	case lstNoSlot:
+		return fmt.Errorf("shm: the target serves %d regions to peers already, its most: %w", ctlSlots, status.ErrUnsupported)
+	default:
+		return fmt.Errorf("shm: target has no such region (unknown, stale or deregistered): %w", status.ErrNotFound)
+	}
+}
+
+// usable checks the endpoint before an RMA operation; the caller holds mu shared.
+func (ep *endpoint) usable(ctx context.Context) error {
+	if e := ep.dead.Load(); e != nil {
+		return *e
+	}
+	if ep.remote == nil {
+		return fmt.Errorf("shm: endpoint: %w", status.ErrClosed)
+	}
+	return status.FromContext(ctx)
+}
+
+// WriteAsync implements transport.RMA: one copy into the target's mapping (or one
+// process_vm_writev for a region without a memfd), by this process alone; the returned Op is
+// complete.
+func (ep *endpoint) WriteAsync(ctx context.Context, src []byte, dst transport.Remote) (*transport.Op, error) {
+	return ep.rma(ctx, true, src, dst)
+}
+
+// ReadAsync implements transport.RMA, as WriteAsync.
+func (ep *endpoint) ReadAsync(ctx context.Context, dst []byte, src transport.Remote) (*transport.Op, error) {
+	return ep.rma(ctx, false, dst, src)
+}
+
+func (ep *endpoint) rma(ctx context.Context, write bool, b []byte, remote transport.Remote) (*transport.Op, error) {
+	ep.mu.RLock()
+	defer ep.mu.RUnlock()
+	if err := ep.usable(ctx); err != nil {
+		return nil, err
+	}
+	n := uint64(len(b))
+	if remote.Key == transport.DefaultRegion {
+		if err := buffer.CheckRange(uint64(len(ep.remote)), remote.Addr, n); err != nil {
+			return nil, fmt.Errorf("shm: %w", err)
+		}
+		m := ep.remote[remote.Addr : remote.Addr+n]
+		if write {
+			ep.copy(m, b)
+		} else {
+			ep.copy(b, m)
+		}
+		return transport.Succeeded(), nil
+	}
+	if n == 0 {
+		return transport.Succeeded(), nil
+	}
+	r, off, err := ep.resolve(ctx, remote, n)
+	if err != nil {
+		return nil, err
+	}
+	if err := ep.enter(r); err != nil {
+		return nil, err
+	}
+	defer exit(r)
+	if r.mem != nil {
+		m := r.mem[off : off+n]
+		if write {
+			ep.copy(m, b)
+		} else {
+			ep.copy(b, m)
+		}
+		return transport.Succeeded(), nil
+	}
+	p, err := OpenProcess(ep.pid)
+	if err == nil {
+		if write {
+			err = p.Write(uintptr(r.addr+off), b)
+		} else {
+			err = p.Read(b, uintptr(r.addr+off))
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("shm: region %d (cross-memory attach): %w", r.key, err)
+	}
+	return transport.Succeeded(), nil
+}
+
+// Atomic implements transport.RMA: sync/atomic on the word in the target's mapping, which is
+// atomic with respect to the target's and every other peer's atomics on it. A region without a
+// memfd has no shared mapping: the target runs the atomic for us (a request on the link).
+func (ep *endpoint) Atomic(ctx context.Context, op buffer.AtomicOp, dst transport.Remote, operand, compare uint64) (uint64, error) {
+	if !op.Valid() {
+		return 0, fmt.Errorf("shm: %v: %w", op, status.ErrInvalidConfig)
+	}
+	ep.mu.RLock()
+	defer ep.mu.RUnlock()
+	if err := ep.usable(ctx); err != nil {
+		return 0, err
+	}
+	if dst.Key == transport.DefaultRegion {
+		old, err := buffer.Atomic(ep.remote, dst.Addr, op, operand, compare)
+		if err != nil {
+			return 0, fmt.Errorf("shm: %w", err)
+		}
+		return old, nil
+	}
+	r, off, err := ep.resolve(ctx, dst, 8)
+	if err != nil {
+		return 0, err
+	}
+	if r.mem != nil {
+		if err := ep.enter(r); err != nil {
+			return 0, err
+		}
+		old, err := buffer.Atomic(r.mem, off, op, operand, compare)
+		exit(r)
+		if err != nil {
+			return 0, fmt.Errorf("shm: region %d: %w", r.key, err)
+		}
+		return old, nil
+	}
+	rep, err := ep.peer.request(ctx, ep.conn, linkReq{op: lopAtomic, aop: uint8(op), key: uint32(r.key), addr: off, length: 8,
+		operand: operand, compare: compare})
+	if err != nil {
+		return 0, err
+	}
+	closeFDs(rep.fds)
+	if rep.resp.status != lstOK {
+		return 0, linkRefusal(rep.resp.status)
+	}
+	return rep.resp.addr, nil
+}
