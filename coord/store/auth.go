@@ -85,7 +85,7 @@ func clientAuth(c net.Conn, secret, req []byte, first Code) error {
 	}
 	got := make([]byte, macLen)
 	if _, err := io.ReadFull(c, got); err != nil {
-		return fmt.Errorf("%w: the store refused the secret: %v", ErrAuth, err)
+		return fmt.Errorf("%w: the store refused the secret: %w", ErrAuth, err)
 	}
 	if !hmac.Equal(got, mac(secret, "hmc-store server", req, nc, ns)) {
 		return fmt.Errorf("%w: the store's answer does not prove the secret", ErrAuth)

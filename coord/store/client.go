@@ -108,7 +108,7 @@ func (c *tcpClient) handshake(ctx context.Context, conn net.Conn) error {
 		}
 		tc := tls.Client(conn, tcfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return fmt.Errorf("%w: TLS with the store: %v", ErrAuth, err)
+			return fmt.Errorf("%w: TLS with the store: %w", ErrAuth, err)
 		}
 		conn = tc
 	}
@@ -121,11 +121,11 @@ func (c *tcpClient) handshake(ctx context.Context, conn net.Conn) error {
 	}
 	reqb := req.encode()
 	if _, err := conn.Write(reqb); err != nil {
-		return fmt.Errorf("%w: store handshake: %v", ErrIO, err)
+		return fmt.Errorf("%w: store handshake: %w", ErrIO, err)
 	}
 	first, err := readResult(conn)
 	if err != nil {
-		return fmt.Errorf("%w: store handshake: %v", ErrIO, err)
+		return fmt.Errorf("%w: store handshake: %w", ErrIO, err)
 	}
 	if err := clientAuth(conn, c.cfg.Secret, reqb, first); err != nil {
 		return err
@@ -133,7 +133,7 @@ func (c *tcpClient) handshake(ctx context.Context, conn net.Conn) error {
 	res := first
 	if len(c.cfg.Secret) > 0 {
 		if res, err = readResult(conn); err != nil {
-			return fmt.Errorf("%w: store handshake: %v", ErrIO, err)
+			return fmt.Errorf("%w: store handshake: %w", ErrIO, err)
 		}
 	}
 	if res != CodeSuccess {
@@ -165,7 +165,7 @@ func (c *tcpClient) write(f []byte) error {
 	_ = c.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if _, err := c.conn.Write(f); err != nil {
 		_ = c.conn.Close() // a half-written frame ends the link; readLoop reports it
-		return fmt.Errorf("%w: %v", ErrIO, err)
+		return fmt.Errorf("%w: %w", ErrIO, err)
 	}
 	return nil
 }
@@ -219,7 +219,7 @@ func (c *tcpClient) readLoop() {
 			ch <- reply{h.Result, m}
 		}
 	}
-	c.fail(fmt.Errorf("%w: %v", ErrIO, err))
+	c.fail(fmt.Errorf("%w: %w", ErrIO, err))
 }
 
 // fail ends the link with err: pending calls and later ones get it.

@@ -74,7 +74,7 @@ func openEtcd(ctx context.Context, rest string, cfg Config) (*etcdClient, error)
 		Logger: zap.NewNop(), Context: context.WithoutCancel(ctx),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: etcd %v: %v", ErrIO, eps, err)
+		return nil, fmt.Errorf("%w: etcd %v: %w", ErrIO, eps, err)
 	}
 	idb := make([]byte, 8)
 	_, _ = rand.Read(idb)
@@ -108,7 +108,7 @@ func (e *etcdClient) start(ctx context.Context) error {
 	ka, err := e.cli.KeepAlive(bg, e.lease)
 	if err != nil {
 		stop()
-		return fmt.Errorf("%w: etcd keep-alive: %v", ErrIO, err)
+		return fmt.Errorf("%w: etcd keep-alive: %w", ErrIO, err)
 	}
 	// Rank-down events: deletions of rank keys (revoked or expired leases), from now on.
 	var rev int64

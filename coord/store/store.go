@@ -165,7 +165,7 @@ func Open(ctx context.Context, url string, cfg Config) (Client, error) {
 func ParseTCPAddr(hostport string) (string, error) {
 	host, port, err := net.SplitHostPort(hostport)
 	if err != nil {
-		return "", fmt.Errorf("%w: store address %q: %v", ErrInvalidKey, hostport, err)
+		return "", fmt.Errorf("%w: store address %q: %w", ErrInvalidKey, hostport, err)
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil || p < 0 || p > 65535 {

@@ -66,6 +66,31 @@ func Run(t *testing.T, o Options) {
 	t.Run("TargetGone", func(t *testing.T) { testTargetGone(t, o) })
 	t.Run("CloseUnderLoad", func(t *testing.T) { testCloseUnderLoad(t, o) })
 	t.Run("AcceptedBeforeDialReturns", func(t *testing.T) { testAcceptedFirst(t, o) })
+	t.Run("DialRefused", func(t *testing.T) { testDialRefused(t, o) })
+}
+
+// testDialRefused: dialling an address where nothing listens fails at once with ErrFailed
+// itself (the same sentinel on every transport), not a closed-peer error.
+func testDialRefused(t *testing.T, o Options) {
+	tr := o.New(t)
+	srv, err := tr.Listen(transport.ServerConfig{BindAddr: o.addr(t), Region: o.buf(t, 4096)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := srv.Addr()
+	_ = srv.Close() // nothing listens there now
+	start := time.Now()
+	ep, err := tr.Dial(ctx10(t), transport.DialConfig{Addr: addr, Local: o.buf(t, 4096), Rank: 1, Lanes: o.Lanes})
+	if err == nil {
+		ep.Close()
+		t.Fatal("dialled a closed server")
+	}
+	if !errors.Is(err, status.ErrFailed) || errors.Is(err, status.ErrPeerClosed) || errors.Is(err, status.ErrClosed) {
+		t.Fatalf("refused dial: %v (want ErrFailed itself)", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("refused dial took %v", d)
+	}
 }
 
 // Pair is a target region served by a transport and an initiator endpoint to it.

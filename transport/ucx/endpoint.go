@@ -117,7 +117,7 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 		if cerr := status.FromContext(ctx); cerr != nil {
 			return nil, fmt.Errorf("ucx: dial %s: %w", cfg.Addr, cerr)
 		}
-		return nil, fmt.Errorf("ucx: dial %s: %w: %w", cfg.Addr, status.ErrPeerClosed, err)
+		return nil, fmt.Errorf("ucx: dial %s: %w: %w", cfg.Addr, status.ErrFailed, err)
 	}
 	w, err := t.acquire()
 	if err != nil {
