@@ -50,6 +50,13 @@ func (r *Region) Bytes() []byte { return r.mem }
 // has none (a Go slice, C memory): same-host peers then reach it with cross-memory attach.
 func (r *Region) FD() (int, uint64) { return r.fd, r.fdOff }
 
+// Deregistered reports whether the last Deregister of the region has begun.
+func (r *Region) Deregistered() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.dead
+}
+
 // Acquire marks an operation on the region in flight: a Deregister waits for it. It fails with
 // an error wrapping status.ErrNotFound once the region is deregistered.
 func (r *Region) Acquire() error {
@@ -86,7 +93,8 @@ type Table struct {
 }
 
 // Fence is called by the last Deregister of a region, once the region has left the table and
-// before Deregister waits for the owner's own operations on it. A transport whose peers reach
+// is marked deregistered (Acquire fails, Deregistered is true), before Deregister waits for the
+// owner's own operations on it. A transport whose peers reach
 // memory without the owner's CPU (a shared mapping, cross-memory attach) waits there until those
 // peers' operations on r have ended and no new one can start, within ctx.
 type Fence func(ctx context.Context, r *Region) error
@@ -196,20 +204,20 @@ func (t *Table) Deregister(ctx context.Context, r *Region) error {
 		fences = append(fences, f)
 	}
 	t.mu.Unlock()
-	var ferr error
-	for _, f := range fences {
-		if err := f(ctx, r); err != nil && ferr == nil {
-			ferr = fmt.Errorf("deregister region %d: %w", r.key, err)
-		}
-	}
 	r.mu.Lock()
-	r.dead = true
+	r.dead = true // before the fences: a transport that checks Deregistered under its own lock sees it
 	r.drained = make(chan struct{})
 	if r.inflight == 0 {
 		close(r.drained)
 	}
 	drained := r.drained
 	r.mu.Unlock()
+	var ferr error
+	for _, f := range fences {
+		if err := f(ctx, r); err != nil && ferr == nil {
+			ferr = fmt.Errorf("deregister region %d: %w", r.key, err)
+		}
+	}
 	select {
 	case <-drained:
 		return ferr

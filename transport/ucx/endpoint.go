@@ -10,7 +10,6 @@ import "C"
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"runtime"
 	"sync"
@@ -57,6 +56,10 @@ type endpoint struct {
 
 	stagingMu sync.Mutex     // orders staging.Add after closed is set against Close's Wait
 	staging   sync.WaitGroup // staged transfers' goroutines (staged); Close waits for them
+
+	version uint16        // the bootstrap link's: 2 serves registered regions
+	peer    peerRegions   // the target's regions resolved so far
+	quit    chan struct{} // closed by Close: the link reader stops handing out answers
 }
 
 // finishAll finishes every op with err.
@@ -152,7 +155,8 @@ func (t *Transport) setup(ctx context.Context, w *worker, conn net.Conn, cfg tra
 	}
 	_ = conn.SetDeadline(time.Time{})
 	e := &endpoint{t: t, w: w, region: cfg.Local, local: local, remoteAddr: wel.regionAddr, remoteSize: wel.regionSize, link: conn,
-		linkDone: make(chan struct{})}
+		linkDone: make(chan struct{}), version: wel.version, quit: make(chan struct{}),
+		peer: peerRegions{byKey: make(map[buffer.Key]*peerRegion), replies: make(chan resolved, 1)}}
 	if local == nil {
 		if err := e.makeRing(); err != nil {
 			return nil, err
@@ -201,7 +205,7 @@ func (t *Transport) setup(ctx context.Context, w *worker, conn net.Conn, cfg tra
 // watchLink marks the endpoint dead when the target's bootstrap link ends.
 func (e *endpoint) watchLink() {
 	defer close(e.linkDone)
-	_, _ = io.Copy(io.Discard, e.link)
+	_ = e.linkReader() // until the target or Close ends the link, or the target breaks protocol
 	err := fmt.Errorf("ucx: target closed its link: %w", status.ErrPeerClosed)
 	e.dead.CompareAndSwap(nil, &err)
 }
@@ -244,7 +248,7 @@ func (e *endpoint) post(ctx context.Context, put bool, localOff, remoteOff, n ui
 	if e.local == nil {
 		return e.staged(put, localOff, remoteOff, n), nil
 	}
-	return e.postRaw(put, unsafe.Pointer(&e.local[localOff]), e.localMemh, remoteOff, n), nil
+	return e.postRaw(put, unsafe.Pointer(&e.local[localOff]), e.localMemh, e.at(remoteOff), n), nil
 }
 
 // postRaw posts a put (and its flush) or a get between host memory at buf, registered as memh,
@@ -252,20 +256,22 @@ func (e *endpoint) post(ctx context.Context, put bool, localOff, remoteOff, n ui
 // (put, flush unless coalesced, a round of progress); its Op completes when the flush does. An
 // operation complete on return (shared memory UCX allocated) gets transport.Succeeded: nothing
 // is allocated for it.
-func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, memh C.ucp_mem_h, remoteOff, n uint64) *transport.Op {
+func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, memh C.ucp_mem_h, rt target, n uint64) *transport.Op {
 	w := e.w
-	raddr := C.uint64_t(e.remoteAddr + remoteOff)
+	raddr := C.uint64_t(rt.addr)
 	var op *transport.Op
 	w.users.Add(1)
 	w.pmu.Lock()
 	switch {
 	case e.closed.Load():
 		op = transport.Failed(fmt.Errorf("ucx: endpoint: %w", status.ErrClosed))
+	case rt.reg != nil && rt.reg.dead:
+		op = transport.Failed(errRevoked(rt.reg.key))
 	case put:
 		flush := e.flushing < maxFlushes // else the next flush to complete issues one for the batch
 		r := w.posted
 		C.hmc_post_put(handle(unsafe.Pointer(w.w)), handle(unsafe.Pointer(e.ep)), handle(buf), C.size_t(n), raddr,
-			handle(unsafe.Pointer(e.rkey)), handle(unsafe.Pointer(memh)), cbool(flush), handle(unsafe.Pointer(r)))
+			handle(unsafe.Pointer(rt.rkey)), handle(unsafe.Pointer(memh)), cbool(flush), handle(unsafe.Pointer(r)))
 		preq, freq, pst, fst := r.preq, r.freq, r.pst, r.fst
 		switch {
 		case pst != C.UCS_OK:
@@ -276,7 +282,7 @@ func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, memh C.ucp_mem_h, remot
 			e.batch = nil
 		default:
 			op = e.newOp(2)
-			w.track(e, preq, op, "put")
+			w.track(e, rt.reg, preq, op, "put")
 			if !flush {
 				e.batch = append(e.batch, op)
 				break
@@ -287,7 +293,7 @@ func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, memh C.ucp_mem_h, remot
 		}
 	default:
 		var st C.ucs_status_t
-		req := C.hmc_get(e.ep, buf, C.size_t(n), raddr, e.rkey, memh, &st)
+		req := C.hmc_get(e.ep, buf, C.size_t(n), raddr, rt.rkey, memh, &st)
 		switch {
 		case st != C.UCS_OK:
 			op = transport.Failed(ucsErr("get", st))
@@ -295,7 +301,7 @@ func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, memh C.ucp_mem_h, remot
 			op = transport.Succeeded()
 		default:
 			op = e.newOp(1)
-			w.track(e, req, op, "get")
+			w.track(e, rt.reg, req, op, "get")
 		}
 	}
 	if len(w.pending) > 0 || len(e.batch) > 0 {
@@ -303,6 +309,19 @@ func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, memh C.ucp_mem_h, remot
 	}
 	w.pmu.Unlock()
 	return op
+}
+
+// target is where a put or get goes: an rkey and an address in the target, and the peer region
+// they belong to (nil: the server's default region).
+type target struct {
+	rkey C.ucp_rkey_h
+	addr uint64
+	reg  *peerRegion
+}
+
+// at is the target of remoteOff in the server's default region.
+func (e *endpoint) at(remoteOff uint64) target {
+	return target{rkey: e.rkey, addr: e.remoteAddr + remoteOff}
 }
 
 // newOp returns an Op of parts parts whose waiter progresses the worker.
@@ -343,6 +362,7 @@ func (e *endpoint) Close() error {
 		e.closed.Store(true)
 		e.stagingMu.Unlock()
 		drained := e.drain()
+		close(e.quit)
 		_ = e.link.Close()
 		<-e.linkDone
 		e.staging.Wait() // staged transfers end: their pieces completed in drain, new ones fail
@@ -357,6 +377,7 @@ func (e *endpoint) Close() error {
 			// Nothing of this endpoint is queued in UCX any more: the forced close purges nothing.
 			e.w.wait(C.hmc_ep_close(e.ep, 1))
 			C.ucp_rkey_destroy(e.rkey)
+			e.peer.destroyAll()
 		})
 		e.stageMu.Lock()
 		e.unmapLocal()

@@ -16,7 +16,7 @@ ucs_status_t hmc_ucp_init(const char *tls, ucp_context_h *ctx) {
 	ucp_params_t p;
 	memset(&p, 0, sizeof p);
 	p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-	p.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+	p.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_WAKEUP;
 	p.mt_workers_shared = 1; // workers of several Transports, and NewHostBuffer, share it
 	st = ucp_init(&p, cfg, ctx);
 	ucp_config_release(cfg);
@@ -82,8 +82,10 @@ ucs_status_t hmc_ep_create(ucp_worker_h w, const void *addr, int *errflag, int p
 void *hmc_put(ucp_ep_h ep, void *buf, size_t n, uint64_t raddr, ucp_rkey_h rkey, ucp_mem_h memh, ucs_status_t *st) {
 	ucp_request_param_t p;
 	memset(&p, 0, sizeof p);
-	p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
-	p.memh = memh;
+	if (memh != NULL) { // memory UCX registered; else UCX registers (or copies) it itself
+		p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+		p.memh = memh;
+	}
 	ucs_status_ptr_t r = ucp_put_nbx(ep, buf, n, raddr, rkey, &p);
 	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
 	*st = UCS_OK;
@@ -93,8 +95,10 @@ void *hmc_put(ucp_ep_h ep, void *buf, size_t n, uint64_t raddr, ucp_rkey_h rkey,
 void *hmc_get(ucp_ep_h ep, void *buf, size_t n, uint64_t raddr, ucp_rkey_h rkey, ucp_mem_h memh, ucs_status_t *st) {
 	ucp_request_param_t p;
 	memset(&p, 0, sizeof p);
-	p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
-	p.memh = memh;
+	if (memh != NULL) {
+		p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+		p.memh = memh;
+	}
 	ucs_status_ptr_t r = ucp_get_nbx(ep, buf, n, raddr, rkey, &p);
 	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
 	*st = UCS_OK;
@@ -197,4 +201,20 @@ char *hmc_resources(ucs_status_t *st) {
 	}
 	uct_release_component_list(comps);
 	return out;
+}
+
+// A 64-bit atomic on raddr: op is a ucp_atomic_op_t; io[0] holds the operand (for CSWAP the
+// value compared with) and io[1] the value to swap in (CSWAP) or nothing; the word's previous
+// value lands in io[1] when the request completes (at once if the return is NULL and *st OK).
+// io is C memory that lives until then.
+void *hmc_atomic(ucp_ep_h ep, int op, uint64_t *io, uint64_t raddr, ucp_rkey_h rkey, ucs_status_t *st) {
+	ucp_request_param_t p;
+	memset(&p, 0, sizeof p);
+	p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+	p.datatype = ucp_dt_make_contig(8);
+	p.reply_buffer = &io[1];
+	ucs_status_ptr_t r = ucp_atomic_op_nbx(ep, (ucp_atomic_op_t)op, &io[0], 1, raddr, rkey, &p);
+	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
+	*st = UCS_OK;
+	return r;
 }

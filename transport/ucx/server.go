@@ -16,6 +16,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/internal/acceptor"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
@@ -34,6 +35,7 @@ type server struct {
 	l          net.Listener
 	acc        *acceptor.Server[net.Conn]
 	once       sync.Once
+	regions    *srvRegions // the process's region table, served on version-2 links
 }
 
 // Listen maps the region and serves the bootstrap socket on cfg.BindAddr (TCP host:port).
@@ -79,6 +81,11 @@ func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error)
 		t.release()
 		return nil, ucsErr("rkey pack", st)
 	}
+	table := cfg.Regions
+	if table == nil {
+		table = buffer.NewTable() // nothing registered: every region request is answered "not found"
+	}
+	s.regions = newSrvRegions(s, table)
 	s.acc = acceptor.Start[net.Conn](l, l.Accept, s.serve, slog.New(slog.DiscardHandler), "ucx")
 	return s, nil
 }
@@ -96,12 +103,16 @@ func (s *server) serve(c net.Conn) {
 		ip, _, _ := net.SplitHostPort(c.RemoteAddr().String())
 		s.accept(transport.PeerInfo{Rank: h.rank, IP: ip, ListenPort: int(h.listenPort)})
 	}
-	wel := welcome{rank: s.rank, regionAddr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(s.region)))),
+	wel := welcome{version: h.version, rank: s.rank, regionAddr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(s.region)))),
 		regionSize: uint64(len(s.region)), rkey: s.rkey, workerAddr: s.w.addr}
 	if _, err := c.Write(wel.encode()); err != nil {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
+	if h.version >= 2 {
+		s.regions.serveLink(&srvLink{c: c, acks: make(map[buffer.Key]chan struct{}), gone: make(chan struct{})})
+		return
+	}
 	_, _ = io.Copy(io.Discard, c) // until the initiator or Close ends the link
 }
 
@@ -111,6 +122,7 @@ func (s *server) Close() error {
 	var err error
 	s.once.Do(func() {
 		err = s.acc.Close()
+		s.regions.close()
 		s.unregister()
 		s.t.release()
 	})

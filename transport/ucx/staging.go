@@ -129,7 +129,7 @@ func (e *endpoint) runStaged(put bool, localOff, remoteOff, n uint64) error {
 			err = fmt.Errorf("ucx: endpoint: %w", status.ErrClosed)
 			break
 		}
-		slots[slot] = flight{op: e.postRaw(put, unsafe.Pointer(&e.ring[slot][0]), e.ringMemh[slot], remoteOff+done, k), off: done, k: k}
+		slots[slot] = flight{op: e.postRaw(put, unsafe.Pointer(&e.ring[slot][0]), e.ringMemh[slot], e.at(remoteOff+done), k), off: done, k: k}
 		done += k
 	}
 	for i := range slots { // drain: every piece posted completes before the ring is reused

@@ -23,6 +23,7 @@ func TestMain(m *testing.M) {
 	if err := ExecWithoutErrorSignals(); err != nil {
 		panic(err)
 	}
+	transporttest.MaybeAtomicChild(func() (transport.Transport, error) { return New(Config{}) }) // UCX_TLS from the parent
 	if os.Getenv("UCX_NET_DEVICES") == "" {
 		os.Setenv("UCX_NET_DEVICES", "lo") // tests talk over loopback only
 	}
@@ -242,5 +243,41 @@ func TestStopWhileStandingAside(t *testing.T) {
 		if err := p.Server.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+func TestRMA(t *testing.T) {
+	for _, tls := range []string{"tcp", "posix,cma,self"} {
+		t.Run(tls, func(t *testing.T) {
+			cfg := Config{TLS: tls}
+			transporttest.RunRMA(t, transporttest.Options{New: func(t testing.TB) transport.Transport {
+				tr, err := New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return tr
+			}})
+		})
+	}
+}
+
+// Eight processes add to one word of this process's memory at once with UCX atomics; the sum is
+// exact.
+func TestAtomicSumProcesses(t *testing.T) {
+	each := 10000
+	if testing.Short() {
+		each = 1000
+	}
+	for _, tls := range []string{"tcp", "posix,cma,self"} {
+		t.Run(tls, func(t *testing.T) {
+			t.Setenv("UCX_TLS", tls) // the children's transports read it
+			transporttest.AtomicSumProcesses(t, transporttest.Options{New: func(t testing.TB) transport.Transport {
+				tr, err := New(Config{TLS: tls})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return tr
+			}}, 8, each)
+		})
 	}
 }

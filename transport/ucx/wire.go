@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/hmc-go/hmc/status"
 )
@@ -19,18 +20,24 @@ import (
 // Lengths are capped (maxBlob) before anything is allocated.
 
 const (
-	magic      = "HMCU"
-	version    = 1
+	magic = "HMCU"
+	// version is the highest bootstrap version this side speaks: the initiator offers it, the
+	// target's welcome carries the highest both speak. Version 2 adds region messages on the
+	// link after the welcome.
+	version    = 2
+	minVersion = 1
 	maxBlob    = 64 << 10
 	helloFixed = 20
 )
 
 type hello struct {
+	version          uint16 // decoded: the version both sides run
 	rank, listenPort uint32
 	workerAddr       []byte
 }
 
 type welcome struct {
+	version                uint16 // the version the link runs
 	rank                   uint32
 	regionAddr, regionSize uint64
 	rkey, workerAddr       []byte
@@ -50,7 +57,7 @@ func (h hello) encode() []byte {
 func (w welcome) encode() []byte {
 	b := make([]byte, 0, 40+len(w.rkey)+len(w.workerAddr))
 	b = append(b, magic...)
-	b = binary.LittleEndian.AppendUint16(b, version)
+	b = binary.LittleEndian.AppendUint16(b, w.version)
 	b = binary.LittleEndian.AppendUint16(b, 0)
 	b = binary.LittleEndian.AppendUint32(b, w.rank)
 	b = binary.LittleEndian.AppendUint64(b, w.regionAddr)
@@ -61,21 +68,24 @@ func (w welcome) encode() []byte {
 	return append(b, w.workerAddr...)
 }
 
-func readHeader(r io.Reader, what string) error {
+// readHeader reads a hello's or welcome's header and returns its version: at least
+// minVersion; a welcome's at most version (a hello may offer more).
+func readHeader(r io.Reader, what string) (uint16, error) {
 	var b [8]byte
 	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return fmt.Errorf("ucx: reading %s: %w: %w", what, status.ErrPeerClosed, err)
+		return 0, fmt.Errorf("ucx: reading %s: %w: %w", what, status.ErrPeerClosed, err)
 	}
 	if string(b[:4]) != magic {
-		return fmt.Errorf("ucx: bad %s magic %q: %w", what, b[:4], status.ErrProtocol)
+		return 0, fmt.Errorf("ucx: bad %s magic %q: %w", what, b[:4], status.ErrProtocol)
 	}
-	if v := binary.LittleEndian.Uint16(b[4:]); v != version {
-		return fmt.Errorf("ucx: peer speaks bootstrap version %d, we %d: %w", v, version, status.ErrUnsupported)
+	v := binary.LittleEndian.Uint16(b[4:])
+	if v < minVersion || (what == "welcome" && v > version) {
+		return 0, fmt.Errorf("ucx: peer's %s has bootstrap version %d, we speak %d..%d: %w", what, v, minVersion, version, status.ErrUnsupported)
 	}
 	if f := binary.LittleEndian.Uint16(b[6:]); f != 0 {
-		return fmt.Errorf("ucx: %s flags %#x: %w", what, f, status.ErrProtocol)
+		return 0, fmt.Errorf("ucx: %s flags %#x: %w", what, f, status.ErrProtocol)
 	}
-	return nil
+	return v, nil
 }
 
 func readU32(r io.Reader) (uint32, error) {
@@ -111,10 +121,11 @@ func readBlob(r io.Reader, what string) ([]byte, error) {
 
 func readHello(r io.Reader) (hello, error) {
 	var h hello
-	if err := readHeader(r, "hello"); err != nil {
+	v, err := readHeader(r, "hello")
+	if err != nil {
 		return h, err
 	}
-	var err error
+	h.version = min(v, version)
 	if h.rank, err = readU32(r); err != nil {
 		return h, err
 	}
@@ -130,10 +141,10 @@ func readHello(r io.Reader) (hello, error) {
 
 func readWelcome(r io.Reader) (welcome, error) {
 	var w welcome
-	if err := readHeader(r, "welcome"); err != nil {
+	var err error
+	if w.version, err = readHeader(r, "welcome"); err != nil {
 		return w, err
 	}
-	var err error
 	if w.rank, err = readU32(r); err != nil {
 		return w, err
 	}
@@ -151,4 +162,71 @@ func readWelcome(r io.Reader) (welcome, error) {
 	}
 	w.workerAddr, err = readBlob(r, "worker address")
 	return w, err
+}
+
+// Region messages (version 2) on the bootstrap link after the welcome, each a 32-byte header,
+// a RESOLVED with status OK followed by a u32 length and the packed rkey:
+//
+//	RESOLVE  (initiator → target) 0x01: u8 type, 3 reserved, u32 key (0: by address), u64 id,
+//	                                   u64 offset or address, u64 length
+//	REVOKED  (initiator → target) 0x04: u8 type, 3 reserved, u32 key, 24 reserved
+//	RESOLVED (target → initiator) 0x81: u8 type, u8 status, 2 reserved, u32 key, u64 id,
+//	                                   u64 region address, u64 region size
+//	REVOKE   (target → initiator) 0x84: u8 type, 3 reserved, u32 key, 24 reserved
+const (
+	linkMsgSize = 32
+
+	lmResolve  = 0x01
+	lmRevoked  = 0x04
+	lmResolved = 0x81
+	lmRevoke   = 0x84
+
+	lsOK         = 0
+	lsOutOfRange = 1
+	lsNotFound   = 2
+	lsFailed     = 3 // the target could not register the region with UCX
+)
+
+// linkMsg is one region message.
+type linkMsg struct {
+	typ, status uint8
+	key         uint32
+	id          uint64
+	a, b        uint64 // RESOLVE: offset or address, length; RESOLVED: region address, size
+}
+
+func (m linkMsg) encode() []byte {
+	b := make([]byte, linkMsgSize)
+	b[0], b[1] = m.typ, m.status
+	binary.LittleEndian.PutUint32(b[4:], m.key)
+	binary.LittleEndian.PutUint64(b[8:], m.id)
+	binary.LittleEndian.PutUint64(b[16:], m.a)
+	binary.LittleEndian.PutUint64(b[24:], m.b)
+	return b
+}
+
+// readLinkMsg reads one region message of the types in want, checking its fields.
+func readLinkMsg(r io.Reader, want ...uint8) (linkMsg, error) {
+	var b [linkMsgSize]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return linkMsg{}, err
+	}
+	m := linkMsg{typ: b[0], status: b[1], key: binary.LittleEndian.Uint32(b[4:]), id: binary.LittleEndian.Uint64(b[8:]),
+		a: binary.LittleEndian.Uint64(b[16:]), b: binary.LittleEndian.Uint64(b[24:])}
+	bad := func(what string) (linkMsg, error) {
+		return m, fmt.Errorf("ucx: link message %#x: %s: %w", m.typ, what, status.ErrProtocol)
+	}
+	if !slices.Contains(want, m.typ) {
+		return bad("unexpected type")
+	}
+	if b[2] != 0 || b[3] != 0 || (m.typ != lmResolved && m.status != 0) || m.status > lsFailed {
+		return bad("reserved bits or status")
+	}
+	if (m.typ == lmRevoke || m.typ == lmRevoked) && (m.key == 0 || m.id != 0 || m.a != 0 || m.b != 0) {
+		return bad("revoke fields")
+	}
+	if m.typ == lmResolved && m.status == lsOK && (m.key == 0 || m.b == 0 || m.a+m.b < m.a) {
+		return bad("resolved region")
+	}
+	return m, nil
 }

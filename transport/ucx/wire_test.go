@@ -15,13 +15,13 @@ func TestBootstrapRoundTrip(t *testing.T) {
 	if err != nil || got.rank != 7 || got.listenPort != 4242 || string(got.workerAddr) != "worker-address" {
 		t.Fatalf("hello %+v %v", got, err)
 	}
-	w := welcome{rank: 3, regionAddr: 0x7f0000000000, regionSize: 1 << 30, rkey: []byte{1, 2, 3}, workerAddr: []byte{9}}
+	w := welcome{version: version, rank: 3, regionAddr: 0x7f0000000000, regionSize: 1 << 30, rkey: []byte{1, 2, 3}, workerAddr: []byte{9}}
 	gw, err := readWelcome(bytes.NewReader(w.encode()))
 	if err != nil || gw.rank != 3 || gw.regionAddr != w.regionAddr || gw.regionSize != w.regionSize ||
 		!bytes.Equal(gw.rkey, w.rkey) || !bytes.Equal(gw.workerAddr, w.workerAddr) {
 		t.Fatalf("welcome %+v %v", gw, err)
 	}
-	if b := h.encode(); string(b[:4]) != "HMCU" || binary.LittleEndian.Uint16(b[4:]) != 1 || len(b) != 20+14 {
+	if b := h.encode(); string(b[:4]) != "HMCU" || binary.LittleEndian.Uint16(b[4:]) != version || len(b) != 20+14 {
 		t.Fatalf("hello bytes % x", b)
 	}
 }
@@ -31,7 +31,7 @@ func TestBootstrapRejects(t *testing.T) {
 	mut := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
 	cases := map[string][]byte{
 		"magic":     mut(func(b []byte) []byte { b[0] = 'X'; return b }),
-		"version":   mut(func(b []byte) []byte { b[4] = 9; return b }),
+		"version":   mut(func(b []byte) []byte { b[4] = 0; return b }),
 		"flags":     mut(func(b []byte) []byte { b[6] = 1; return b }),
 		"port":      mut(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[12:], 70000); return b }),
 		"empty":     mut(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[16:], 0); return b[:20] }),
@@ -46,7 +46,10 @@ func TestBootstrapRejects(t *testing.T) {
 			t.Errorf("%s: untyped %v", name, err)
 		}
 	}
-	w := welcome{regionAddr: ^uint64(0) - 10, regionSize: 100, rkey: []byte{1}, workerAddr: []byte{1}}.encode()
+	if v9, err := readHello(bytes.NewReader(mut(func(b []byte) []byte { b[4] = 9; return b }))); err != nil || v9.version != version {
+		t.Errorf("a newer initiator: %+v %v", v9, err)
+	}
+	w := welcome{version: version, regionAddr: ^uint64(0) - 10, regionSize: 100, rkey: []byte{1}, workerAddr: []byte{1}}.encode()
 	if _, err := readWelcome(bytes.NewReader(w)); !errors.Is(err, status.ErrProtocol) {
 		t.Errorf("wrapping region accepted: %v", err)
 	}
@@ -58,6 +61,22 @@ func FuzzReadHello(f *testing.F) {
 		h, err := readHello(bytes.NewReader(b))
 		if err == nil && (len(h.workerAddr) == 0 || len(h.workerAddr) > maxBlob || h.listenPort > 65535) {
 			t.Fatalf("accepted %+v", h)
+		}
+	})
+}
+
+// Region messages: whatever reads encodes back to the same bytes; a bad one is a typed error.
+func FuzzLinkMsg(f *testing.F) {
+	f.Add(linkMsg{typ: lmResolve, key: 3, id: 1, a: 64, b: 8}.encode())
+	f.Add(linkMsg{typ: lmResolved, key: 3, id: 1, a: 1 << 40, b: 4096}.encode())
+	f.Add(linkMsg{typ: lmRevoke, key: 3}.encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := readLinkMsg(bytes.NewReader(b), lmResolve, lmRevoked, lmResolved, lmRevoke)
+		if err != nil {
+			return
+		}
+		if again := m.encode(); !bytes.Equal(again, b[:linkMsgSize]) {
+			t.Fatalf("% x re-encodes as % x", b[:linkMsgSize], again)
 		}
 	})
 }

@@ -52,8 +52,10 @@ type worker struct {
 // pend is a UCX request an Op waits for.
 type pend struct {
 	req   unsafe.Pointer
-	ep    *endpoint     // whose request it is (its inflight count); nil for none
-	op    *transport.Op // the Op a part of which completes with req (for a flush: the put it followed)
+	ep    *endpoint               // whose request it is (its inflight count); nil for none
+	reg   *peerRegion             // the peer region it reaches (its inflight count); nil for none
+	after func(st C.ucs_status_t) // run when req completes, before op finishes (an atomic's reply)
+	op    *transport.Op           // the Op a part of which completes with req (for a flush: the put it followed)
 	what  string
 	flush *endpoint       // a flush of this endpoint: on completion, ops finish and the next batch flushes
 	ops   []*transport.Op // a flush's batch: earlier puts it also makes visible
@@ -230,6 +232,12 @@ func (w *worker) complete(sts []C.ucs_status_t) bool {
 		if p.ep != nil {
 			p.ep.inflight--
 		}
+		if p.reg != nil {
+			p.reg.inflight--
+		}
+		if p.after != nil {
+			p.after(st)
+		}
 		var err error
 		if st != C.UCS_OK {
 			err = ucsErr(p.what, st)
@@ -311,21 +319,26 @@ func (w *worker) signalLocked() {
 	}
 }
 
-// track makes op wait for req (nil: already complete), a request of e. Caller holds pmu.
-func (w *worker) track(e *endpoint, req unsafe.Pointer, op *transport.Op, what string) {
+// track makes op wait for req (nil: already complete), a request of e on peer region reg (nil:
+// the default region). Caller holds pmu.
+func (w *worker) track(e *endpoint, reg *peerRegion, req unsafe.Pointer, op *transport.Op, what string) {
 	if req == nil {
 		if op != nil {
 			op.Finish(nil)
 		}
 		return
 	}
-	w.add(&pend{req: req, ep: e, op: op, what: what})
+	w.add(&pend{req: req, ep: e, reg: reg, op: op, what: what})
 }
 
-// add makes p pending and counts it in flight on its endpoint. Caller holds pmu.
+// add makes p pending and counts it in flight on its endpoint and peer region. Caller holds
+// pmu.
 func (w *worker) add(p *pend) {
 	if p.ep != nil {
 		p.ep.inflight++
+	}
+	if p.reg != nil {
+		p.reg.inflight++
 	}
 	w.pending = append(w.pending, p)
 }

@@ -1,0 +1,422 @@
+//go:build ucx && cgo
+
+package ucx
+
+/*
+#include "hmc_ucx.h"
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+// peerRegion is a region of the target that this endpoint resolved: its range and unpacked
+// rkey. inflight and dead are guarded by the worker's pmu.
+type peerRegion struct {
+	key        buffer.Key
+	addr, size uint64
+	rkey       C.ucp_rkey_h
+	inflight   int  // requests posted on it and not yet complete
+	dead       bool // revoked by the target: new operations fail
+}
+
+// peerRegions is an endpoint's cache of resolved regions and its requests on the link.
+type peerRegions struct {
+	mu     sync.Mutex
+	byKey  map[buffer.Key]*peerRegion // guarded by mu
+	sorted []*peerRegion              // by address; guarded by mu
+
+	reqMu   sync.Mutex // one RESOLVE on the link at a time
+	wmu     sync.Mutex // one message written at a time (RESOLVE, REVOKED)
+	ids     uint64     // guarded by reqMu
+	replies chan resolved
+}
+
+// resolved is the link reader's answer to a RESOLVE.
+type resolved struct {
+	id  uint64
+	reg *peerRegion
+	err error
+}
+
+func errRevoked(k buffer.Key) error {
+	return fmt.Errorf("ucx: region %d: deregistered by the target: %w", k, status.ErrNotFound)
+}
+
+// readLink reads the target's region messages until the link ends: a RESOLVED is unpacked and
+// cached before it is handed to the requester, a REVOKE handled in order (so it always finds
+// the region its RESOLVED cached).
+func (e *endpoint) readLink() error {
+	p := &e.peer
+	for {
+		m, err := readLinkMsg(e.link, lmResolved, lmRevoke)
+		if err != nil {
+			return err
+		}
+		if m.typ == lmRevoke {
+			if err := e.revoked(buffer.Key(m.key)); err != nil {
+				return err
+			}
+			continue
+		}
+		r := resolved{id: m.id}
+		switch m.status {
+		case lsOK:
+			rkey, err := readBlob(e.link, "rkey")
+			if err != nil {
+				return err
+			}
+			r.reg, r.err = e.cache(m, rkey)
+		case lsOutOfRange:
+			r.err = fmt.Errorf("ucx: target refused the range: %w", status.ErrOutOfRange)
+		case lsFailed:
+			r.err = fmt.Errorf("ucx: target could not register the region with UCX: %w", status.ErrFailed)
+		default:
+			r.err = fmt.Errorf("ucx: target has no such region (unknown, stale or deregistered): %w", status.ErrNotFound)
+		}
+		select { // a requester that gave up leaves its answer here; the next one discards it by id
+		case p.replies <- r:
+		case <-e.quit:
+			return nil
+		}
+	}
+}
+
+// cache unpacks a resolved region's rkey and caches the region (or returns the one cached).
+func (e *endpoint) cache(m linkMsg, packed []byte) (*peerRegion, error) {
+	p := &e.peer
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := p.byKey[buffer.Key(m.key)]; r != nil {
+		return r, nil
+	}
+	r := &peerRegion{key: buffer.Key(m.key), addr: m.a, size: m.b}
+	i := sort.Search(len(p.sorted), func(i int) bool { return p.sorted[i].addr > r.addr })
+	if (i > 0 && p.sorted[i-1].addr+p.sorted[i-1].size > r.addr) || (i < len(p.sorted) && p.sorted[i].addr < r.addr+r.size) {
+		return nil, fmt.Errorf("ucx: target's region %d overlaps one it described before: %w", r.key, status.ErrProtocol)
+	}
+	var st C.ucs_status_t
+	e.w.call(func() {
+		rk := C.CBytes(packed)
+		defer C.free(rk)
+		st = C.ucp_ep_rkey_unpack(e.ep, rk, &r.rkey)
+	})
+	if st != C.UCS_OK {
+		return nil, ucsErr("rkey unpack", st)
+	}
+	p.byKey[r.key] = r
+	p.sorted = slices.Insert(p.sorted, i, r)
+	return r, nil
+}
+
+// revoked handles the target's REVOKE of region k: new operations on it fail at once, those in
+// flight complete (a flush makes the puts among them complete at the target too), the rkey is
+// destroyed, and the target is told.
+func (e *endpoint) revoked(k buffer.Key) error {
+	p := &e.peer
+	p.mu.Lock()
+	r := p.byKey[k]
+	if r != nil {
+		delete(p.byKey, k)
+		if i := slices.Index(p.sorted, r); i >= 0 {
+			p.sorted = slices.Delete(p.sorted, i, i+1)
+		}
+	}
+	p.mu.Unlock()
+	if r != nil {
+		w := e.w
+		flushed := false
+		for deadline := time.Now().Add(e.t.closeTimeout()); ; {
+			var done bool
+			w.call(func() {
+				r.dead = true
+				if !flushed && r.inflight == 0 && !e.closed.Load() {
+					flushed = true // everything posted before is visible at the target once this completes
+					var st C.ucs_status_t
+					if req := C.hmc_flush(e.ep, &st); st == C.UCS_OK && req != nil {
+						w.add(&pend{req: req, reg: r, what: "revoke flush"})
+					}
+				}
+				w.progress()
+				done = flushed && r.inflight == 0
+			})
+			if done || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Microsecond)
+		}
+		w.call(func() { C.ucp_rkey_destroy(r.rkey) })
+	}
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	_, err := e.link.Write(linkMsg{typ: lmRevoked, key: uint32(k)}.encode())
+	return err
+}
+
+// resolve finds the target's region for n bytes at dst, asking the target on a cache miss.
+func (e *endpoint) resolve(ctx context.Context, dst transport.Remote, n uint64) (*peerRegion, uint64, error) {
+	p := &e.peer
+	if r, off, ok := p.lookup(dst, n); ok {
+		return r, off, nil
+	}
+	if e.version < 2 {
+		return nil, 0, fmt.Errorf("ucx: the target speaks bootstrap version %d, which has no registered regions: %w", e.version, status.ErrUnsupported)
+	}
+	p.reqMu.Lock()
+	defer p.reqMu.Unlock()
+	p.ids++
+	q := linkMsg{typ: lmResolve, key: uint32(dst.Key), id: p.ids, a: dst.Addr, b: n}
+	for drained := false; !drained; { // answers to requesters that gave up
+		select {
+		case <-p.replies:
+		default:
+			drained = true
+		}
+	}
+	p.wmu.Lock()
+	_, err := e.link.Write(q.encode())
+	p.wmu.Unlock()
+	if err != nil {
+		return nil, 0, fmt.Errorf("ucx: region request: %w: %w", status.ErrPeerClosed, err)
+	}
+	for {
+		select {
+		case r := <-p.replies:
+			if r.id != q.id {
+				continue
+			}
+			if r.err != nil {
+				return nil, 0, r.err
+			}
+			off := dst.Addr
+			if dst.Key == 0 {
+				off = dst.Addr - r.reg.addr
+			}
+			if err := buffer.CheckRange(r.reg.size, off, n); err != nil {
+				return nil, 0, fmt.Errorf("ucx: region %d: %w", r.reg.key, err)
+			}
+			return r.reg, off, nil
+		case <-e.linkDone:
+			return nil, 0, fmt.Errorf("ucx: region request: target gone: %w", status.ErrPeerClosed)
+		case <-ctx.Done():
+			return nil, 0, fmt.Errorf("ucx: region request: %w", status.FromContext(ctx))
+		}
+	}
+}
+
+// lookup returns the cached region holding n bytes at dst, and the offset there.
+func (p *peerRegions) lookup(dst transport.Remote, n uint64) (*peerRegion, uint64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var r *peerRegion
+	off := dst.Addr
+	if dst.Key != 0 {
+		r = p.byKey[dst.Key]
+	} else if i := sort.Search(len(p.sorted), func(i int) bool { return p.sorted[i].addr > dst.Addr }); i > 0 {
+		if c := p.sorted[i-1]; dst.Addr < c.addr+c.size {
+			r, off = c, dst.Addr-c.addr
+		}
+	}
+	if r == nil || buffer.CheckRange(r.size, off, n) != nil {
+		return nil, 0, false
+	}
+	return r, off, true
+}
+
+// destroyAll destroys the cached regions' rkeys (Close, after the endpoint drained). Caller
+// holds pmu.
+func (p *peerRegions) destroyAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range p.sorted {
+		C.ucp_rkey_destroy(r.rkey)
+	}
+	p.byKey, p.sorted = map[buffer.Key]*peerRegion{}, nil
+}
+
+// targetOf returns where n bytes at remote are: the default region or a resolved one.
+func (e *endpoint) targetOf(ctx context.Context, remote transport.Remote, n uint64) (target, error) {
+	if err := e.usable(); err != nil {
+		return target{}, err
+	}
+	if err := status.FromContext(ctx); err != nil {
+		return target{}, err
+	}
+	if remote.Key == transport.DefaultRegion {
+		if err := buffer.CheckRange(e.remoteSize, remote.Addr, n); err != nil {
+			return target{}, fmt.Errorf("ucx: %w", err)
+		}
+		return e.at(remote.Addr), nil
+	}
+	r, off, err := e.resolve(ctx, remote, n)
+	if err != nil {
+		return target{}, err
+	}
+	return target{rkey: r.rkey, addr: r.addr + off, reg: r}, nil
+}
+
+// WriteAsync implements transport.RMA: a put and its flush; the Op completes when the bytes are
+// visible at the target. src need not be registered (UCX registers or copies it itself).
+func (e *endpoint) WriteAsync(ctx context.Context, src []byte, dst transport.Remote) (*transport.Op, error) {
+	return e.rma(ctx, true, src, dst)
+}
+
+// ReadAsync implements transport.RMA.
+func (e *endpoint) ReadAsync(ctx context.Context, dst []byte, src transport.Remote) (*transport.Op, error) {
+	return e.rma(ctx, false, dst, src)
+}
+
+func (e *endpoint) rma(ctx context.Context, put bool, b []byte, remote transport.Remote) (*transport.Op, error) {
+	rt, err := e.targetOf(ctx, remote, uint64(len(b)))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) == 0 {
+		return transport.Succeeded(), nil
+	}
+	return e.postRaw(put, unsafe.Pointer(unsafe.SliceData(b)), nil, rt, uint64(len(b))), nil
+}
+
+// usable checks that the endpoint may post.
+func (e *endpoint) usable() error {
+	if e.closed.Load() {
+		return fmt.Errorf("ucx: endpoint: %w", status.ErrClosed)
+	}
+	if p := e.dead.Load(); p != nil {
+		return *p
+	}
+	if *(*int32)(unsafe.Pointer(e.errflag)) != 0 {
+		return ucsErr("endpoint", C.ucs_status_t(*e.errflag))
+	}
+	return nil
+}
+
+// ucpAtomic is the UCX operation and the io words (operand or compare, then swap value) of op.
+func ucpAtomic(op buffer.AtomicOp, operand, compare uint64) (C.int, [2]uint64) {
+	switch op {
+	case buffer.AtomicLoad:
+		return C.UCP_ATOMIC_OP_ADD, [2]uint64{0, 0}
+	case buffer.AtomicStore, buffer.AtomicSwap:
+		return C.UCP_ATOMIC_OP_SWAP, [2]uint64{operand, 0}
+	case buffer.AtomicFetchAdd:
+		return C.UCP_ATOMIC_OP_ADD, [2]uint64{operand, 0}
+	default: // AtomicCAS; the bitwise operations are compare-swap loops (see Atomic)
+		return C.UCP_ATOMIC_OP_CSWAP, [2]uint64{compare, operand}
+	}
+}
+
+// Atomic implements transport.RMA with ucp_atomic_op_nbx (a fetching 64-bit atomic): atomic
+// with respect to every other UCX atomic on the word, and to the owner's sync/atomic where UCX
+// runs it on the target's CPU or a shared mapping.
+//
+// Fetch-and, fetch-or and fetch-xor are compare-swap loops: UCX 1.13 over its shared-memory
+// transports (posix, cma) leaves the word unchanged for a fetching OR and ANDs for an XOR
+// (seen with TestRMA/posix,cma,self), while fetch-add, swap and compare-swap are right on every
+// transport; a loop of those is as atomic.
+func (e *endpoint) Atomic(ctx context.Context, op buffer.AtomicOp, dst transport.Remote, operand, compare uint64) (uint64, error) {
+	if !op.Valid() {
+		return 0, fmt.Errorf("ucx: %v: %w", op, status.ErrInvalidConfig)
+	}
+	var f func(uint64) uint64
+	switch op {
+	case buffer.AtomicFetchAnd:
+		f = func(v uint64) uint64 { return v & operand }
+	case buffer.AtomicFetchOr:
+		f = func(v uint64) uint64 { return v | operand }
+	case buffer.AtomicFetchXor:
+		f = func(v uint64) uint64 { return v ^ operand }
+	default:
+		return e.atomic(ctx, op, dst, operand, compare)
+	}
+	old, err := e.atomic(ctx, buffer.AtomicLoad, dst, 0, 0)
+	for err == nil {
+		var prev uint64
+		if prev, err = e.atomic(ctx, buffer.AtomicCAS, dst, f(old), old); err == nil && prev == old {
+			return old, nil
+		}
+		old = prev
+	}
+	return 0, err
+}
+
+// atomic runs one UCX atomic (load, store, swap, fetch-add or compare-swap).
+func (e *endpoint) atomic(ctx context.Context, op buffer.AtomicOp, dst transport.Remote, operand, compare uint64) (uint64, error) {
+	rt, err := e.targetOf(ctx, dst, 8)
+	if err != nil {
+		return 0, err
+	}
+	if rt.addr%8 != 0 {
+		return 0, fmt.Errorf("ucx: atomic word at %#x: not 8-byte aligned: %w", rt.addr, status.ErrInvalidConfig)
+	}
+	code, vals := ucpAtomic(op, operand, compare)
+	io := (*[2]C.uint64_t)(C.calloc(2, 8)) // C memory: UCX writes the reply after this call returns
+	io[0], io[1] = C.uint64_t(vals[0]), C.uint64_t(vals[1])
+	var old uint64
+	var opErr error
+	w := e.w
+	var o *transport.Op
+	w.users.Add(1)
+	w.pmu.Lock()
+	switch {
+	case e.closed.Load():
+		o = transport.Failed(fmt.Errorf("ucx: endpoint: %w", status.ErrClosed))
+		C.free(unsafe.Pointer(io))
+	case rt.reg != nil && rt.reg.dead:
+		o = transport.Failed(errRevoked(rt.reg.key))
+		C.free(unsafe.Pointer(io))
+	default:
+		var st C.ucs_status_t
+		req := C.hmc_atomic(e.ep, code, &io[0], C.uint64_t(rt.addr), rt.rkey, &st)
+		switch {
+		case st != C.UCS_OK:
+			o = transport.Failed(ucsErr("atomic", st))
+			C.free(unsafe.Pointer(io))
+		case req == nil:
+			old = uint64(io[1])
+			o = transport.Succeeded()
+			C.free(unsafe.Pointer(io))
+		default:
+			o = e.newOp(1)
+			w.add(&pend{req: req, ep: e, reg: rt.reg, op: o, what: "atomic", after: func(st C.ucs_status_t) {
+				if st == C.UCS_OK {
+					old = uint64(io[1]) // read before o finishes: the waiter sees it after Wait
+				} else {
+					opErr = ucsErr("atomic", st)
+				}
+				C.free(unsafe.Pointer(io))
+			}})
+			w.signalLocked()
+		}
+	}
+	w.pmu.Unlock()
+	if err := o.Wait(ctx); err != nil {
+		return 0, err
+	}
+	if opErr != nil {
+		return 0, opErr
+	}
+	return old, nil
+}
+
+var _ transport.RMA = (*endpoint)(nil)
+
+// linkReader is watchLink's body on a version-2 link.
+func (e *endpoint) linkReader() error {
+	if e.version >= 2 {
+		return e.readLink()
+	}
+	_, err := io.Copy(io.Discard, e.link)
+	return err
+}
