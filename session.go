@@ -96,6 +96,19 @@ func (s *Session) PutRemote(ctx context.Context, ip string, port int, localOff, 
 	return s.comm.Put(ctx, ip, port, localOff, remoteOff, n, ct)
 }
 
+// PutFrom puts data — host memory of the caller's — to the peer's buffer at remoteOff without
+// staging it into the local buffer (the transport reads data in place), and returns when the
+// bytes are visible there. data must not change until it returns.
+func (s *Session) PutFrom(ctx context.Context, ip string, port int, data []byte, remoteOff uint64, ct ConnType) error {
+	return s.comm.PutFrom(ctx, ip, port, data, remoteOff, ct)
+}
+
+// GetTo gets len(dst) bytes of the peer's buffer at remoteOff straight into dst, host memory of
+// the caller's.
+func (s *Session) GetTo(ctx context.Context, ip string, port int, dst []byte, remoteOff uint64, ct ConnType) error {
+	return s.comm.GetTo(ctx, ip, port, dst, remoteOff, ct)
+}
+
 // GetRemote gets the peer's buffer [remoteOff, +n) into local[localOff, +n).
 func (s *Session) GetRemote(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct ConnType) error {
 	return s.comm.Get(ctx, ip, port, localOff, remoteOff, n, ct)

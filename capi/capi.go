@@ -337,6 +337,32 @@ func hmc_session_put(h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff, 
 	})
 }
 
+//export hmc_session_put_from
+func hmc_session_put_from(h C.uint64_t, ip *C.char, port C.int, src unsafe.Pointer, n, remoteOff C.uint64_t, conn, timeoutMS C.int) C.int {
+	return withSession(h, func(s *hmc.Session) error {
+		b, err := hostBytes(src, n)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		return s.PutFrom(ctx, goString(ip), int(port), b, uint64(remoteOff), hmc.ConnType(conn))
+	})
+}
+
+//export hmc_session_get_to
+func hmc_session_get_to(h C.uint64_t, ip *C.char, port C.int, dst unsafe.Pointer, n, remoteOff C.uint64_t, conn, timeoutMS C.int) C.int {
+	return withSession(h, func(s *hmc.Session) error {
+		b, err := hostBytes(dst, n)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		return s.GetTo(ctx, goString(ip), int(port), b, uint64(remoteOff), hmc.ConnType(conn))
+	})
+}
+
 //export hmc_session_get
 func hmc_session_get(h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff, n C.uint64_t, conn, timeoutMS C.int) C.int {
 	return withSession(h, func(s *hmc.Session) error {

@@ -109,6 +109,13 @@ int hmc_session_put(uint64_t session, const char *ip, int port, uint64_t local_o
                     uint64_t remote_off, uint64_t n, int conn, int timeout_ms);
 int hmc_session_get(uint64_t session, const char *ip, int port, uint64_t local_off,
                     uint64_t remote_off, uint64_t n, int conn, int timeout_ms);
+/* Zero-copy forms: n bytes of the caller's host memory at src (dst) go to (come from) the
+ * peer's buffer at remote_off, read or written in place by the transport instead of staged
+ * through the local buffer. The memory must stay valid, and src unchanged, until they return. */
+int hmc_session_put_from(uint64_t session, const char *ip, int port, const void *src, uint64_t n,
+                         uint64_t remote_off, int conn, int timeout_ms);
+int hmc_session_get_to(uint64_t session, const char *ip, int port, void *dst, uint64_t n,
+                       uint64_t remote_off, int conn, int timeout_ms);
 /* Non-blocking forms: *out_id (never 0) is passed to hmc_session_wait, in any order. */
 int hmc_session_put_nb(uint64_t session, const char *ip, int port, uint64_t local_off,
                        uint64_t remote_off, uint64_t n, int conn, uint64_t *out_id);

@@ -635,3 +635,42 @@ func testCloseUnderLoad(t *testing.T, ct transport.ConnType) {
 		t.Fatalf("transfers took %v to end after Close", d)
 	}
 }
+
+// TestPutFromGetToTwoProcesses: the zero-copy forms move bytes between plain Go memory of this
+// process and the peer's buffer, byte for byte, on every transport; the local buffer is not
+// touched.
+func TestPutFromGetToTwoProcesses(t *testing.T) { forEachTransportAndUCX(t, testPutFromGetTo) }
+
+func testPutFromGetTo(t *testing.T, ct transport.ConnType) {
+	s := connect(t, ctrl.TCP, ct)
+	p := s.peerPort()
+	for i, n := range []uint64{1, 4097, 1 << 20, 5<<20 + 3} {
+		seed := uint32(200 + i)
+		src := make([]byte, n)
+		transporttest.Fill(src, seed)
+		if err := s.c.PutFrom(s.ctx, "127.0.0.1", p, src, 4096, s.ct); err != nil {
+			t.Fatal(err)
+		}
+		if !s.ask(cmdCheck, request{Off: 4096, Len: n, Seed: seed}) {
+			t.Fatalf("put from %d bytes of Go memory: child's region differs", n)
+		}
+		if !s.ask(cmdFill, request{Off: 8 << 20, Len: n, Seed: seed + 100}) {
+			t.Fatal("fill")
+		}
+		dst := make([]byte, n)
+		if err := s.c.GetTo(s.ctx, "127.0.0.1", p, dst, 8<<20, s.ct); err != nil {
+			t.Fatal(err)
+		}
+		want := make([]byte, n)
+		transporttest.Fill(want, seed+100)
+		if !bytes.Equal(dst, want) {
+			t.Fatalf("get to %d bytes of Go memory differs", n)
+		}
+	}
+	if bytes.ContainsFunc(s.buf.Bytes(), func(r rune) bool { return r != 0 }) { // fresh buffers are zeroed
+		t.Fatal("the local buffer was written")
+	}
+	if err := s.c.PutFrom(s.ctx, "127.0.0.1", p, make([]byte, 8), parentBufSize, s.ct); !errors.Is(err, status.ErrOutOfRange) {
+		t.Fatalf("put from past the peer's buffer: %v", err)
+	}
+}

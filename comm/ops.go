@@ -199,3 +199,46 @@ func (c *Communicator) CtrlSend(ctx context.Context, peer uint32, tag uint64) er
 func (c *Communicator) CtrlRecv(ctx context.Context, peer uint32) (uint64, error) {
 	return c.ctrl.RecvU64(ctx, peer)
 }
+
+// PutFrom copies src — any host memory of the caller's, not the local buffer — to the peer's
+// region at remoteOff and returns when the bytes are visible there: the zero-copy form of
+// staging src into the local buffer and calling Put. src is read in place by the transport
+// (one-sided RMA), so it must not change until PutFrom returns.
+func (c *Communicator) PutFrom(ctx context.Context, ip string, port int, src []byte, remoteOff uint64, ct transport.ConnType) error {
+	return c.rmaDefault(ctx, true, ip, port, src, remoteOff, ct)
+}
+
+// GetTo copies len(dst) bytes of the peer's region at remoteOff straight into dst, host memory
+// of the caller's, and returns when they are there.
+func (c *Communicator) GetTo(ctx context.Context, ip string, port int, dst []byte, remoteOff uint64, ct transport.ConnType) error {
+	return c.rmaDefault(ctx, false, ip, port, dst, remoteOff, ct)
+}
+
+func (c *Communicator) rmaDefault(ctx context.Context, put bool, ip string, port int, b []byte, remoteOff uint64, ct transport.ConnType) error {
+	what := "get to"
+	if put {
+		what = "put from"
+	}
+	ep, err := c.endpoint(ctx, ip, port, ct)
+	if err != nil {
+		return err
+	}
+	rma, ok := ep.(transport.RMA)
+	if !ok {
+		return fmt.Errorf("comm: %s %s:%d: the endpoint's transport cannot reach memory outside the buffer: %w", what, ip, port, status.ErrUnsupported)
+	}
+	dst := transport.Remote{Key: transport.DefaultRegion, Addr: remoteOff}
+	var op *transport.Op
+	if put {
+		op, err = rma.WriteAsync(ctx, b, dst)
+	} else {
+		op, err = rma.ReadAsync(ctx, b, dst)
+	}
+	if err == nil {
+		err = op.Wait(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("comm: %s %s:%d remote %d size %d: %w", what, ip, port, remoteOff, len(b), err)
+	}
+	return nil
+}

@@ -3,7 +3,8 @@ transport, measured in the same run.
 
     python3 python/examples/bench.py [--transport auto|tcp|shm] [--sizes 4,16,64] [--iters 50]
 
-Sizes are MiB. "stage+put" is sess.put(array) (copy into the buffer, then the one-sided put);
+Sizes are MiB. "stage+put" is sess.put(array) (zero-copy since Core v2: the transport reads the
+array in place; before, a copy into the buffer, then the one-sided put);
 "put" is put_remote of the already-staged bytes, the same operation `hmc bench` times, and timed
 the same way (each call, summed); "wall clock" also counts the Python loop between calls.
 """

@@ -332,14 +332,41 @@ class Session:
     # one call: stage + transfer
     def put(self, ip, port, data, *, local_off=0, remote_off=0, nbytes=None, conn=ConnType.AUTO,
             device=None, timeout=DEFAULT_TIMEOUT):
-        """Copies data into the local buffer at local_off and puts it to the peer."""
+        """Puts data to the peer's buffer at remote_off; returns the number of bytes.
+
+        Host data (bytes-likes, NumPy arrays, CPU tensors) goes straight from its own memory to
+        the peer, read in place by the transport (zero-copy; local_off is not used). GPU tensors
+        and ``device="ptr"`` addresses are staged into the local buffer at local_off first."""
+        if device is None:
+            addr, n, keep, gpu = _source(data)
+            if not gpu:
+                if nbytes is not None:
+                    if nbytes > n:
+                        raise ValueError(f"nbytes {nbytes} exceeds the source's {n} bytes")
+                    n = nbytes
+                _check(_L.hmc_session_put_from(self._h, _b(ip), port, addr, n, remote_off, int(conn),
+                                               _ms(timeout)), "put")
+                del keep
+                return n
         n = self.buf.put(data, local_off, nbytes, device)
         self.put_remote(ip, port, local_off, remote_off, n, conn, timeout)
         return n
 
     def get_into(self, ip, port, dest, *, local_off=0, remote_off=0, nbytes=None,
                  conn=ConnType.AUTO, device=None, timeout=DEFAULT_TIMEOUT):
-        """Gets the peer's bytes into the local buffer, then copies them into dest."""
+        """Gets the peer's bytes into dest: straight into host memory (zero-copy), through the
+        local buffer at local_off for GPU tensors and ``device="ptr"``."""
+        if device is None:
+            addr, cap, keep, gpu = _dest(dest)
+            if not gpu:  # straight into dest, zero-copy (local_off is not used)
+                if nbytes is None:
+                    nbytes = cap
+                if nbytes > cap:
+                    raise ValueError(f"nbytes {nbytes} exceeds the destination's {cap} bytes")
+                _check(_L.hmc_session_get_to(self._h, _b(ip), port, addr, nbytes, remote_off, int(conn),
+                                             _ms(timeout)), "get")
+                del keep
+                return nbytes
         if nbytes is None:
             nbytes = _dest(dest)[1]
         self.get_remote(ip, port, local_off, remote_off, nbytes, conn, timeout)

@@ -24,6 +24,8 @@ _SIGNATURES = {
     "hmc_session_close_server": ([_u64], _int),
     "hmc_session_put": ([_u64, _str, _int, _u64, _u64, _u64, _int, _int], _int),
     "hmc_session_get": ([_u64, _str, _int, _u64, _u64, _u64, _int, _int], _int),
+    "hmc_session_put_from": ([_u64, _str, _int, _ptr, _u64, _u64, _int, _int], _int),
+    "hmc_session_get_to": ([_u64, _str, _int, _ptr, _u64, _u64, _int, _int], _int),
     "hmc_session_put_nb": ([_u64, _str, _int, _u64, _u64, _u64, _int, _pu64], _int),
     "hmc_session_get_nb": ([_u64, _str, _int, _u64, _u64, _u64, _int, _pu64], _int),
     "hmc_session_wait": ([_u64, _pu64, _u64, _int], _int),
