@@ -1,6 +1,7 @@
 package hmc
 
 import (
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -8,29 +9,84 @@ import (
 
 // layer of each package of the module (STYLE.md §2): imports must point down.
 var layers = map[string]int{
-	"status": 0, "internal/acceptor": 0, "internal/peercred": 1, "internal/etcdproc": 0, "internal/etcdtest": 1, "memory": 1, "buffer": 2, "ctrl": 2,
-	"coord/store": 2, "coord/store/storetest": 2, "coord/group": 2,
+	"status": 0, "internal/acceptor": 0, "internal/etcdproc": 0, "internal/etcdtest": 1, "internal/peercred": 1, "memory": 1,
+	"buffer": 2, "ctrl": 2, "coord/store": 2, "coord/store/storetest": 2, "coord/group": 2,
 	"transport": 3, "transport/tcp": 3, "transport/shm": 3, "transport/transporttest": 3, "transport/ucx": 3,
 	"comm": 4, "collective": 5,
 	"": 6, "bench": 6, "cmd/hmc": 7, "capi": 7,
 }
 
+// outside lists the modules outside this one (and the standard library) that each package may
+// import: the dependencies STYLE.md names, each where it is made for the job.
+var outside = map[string][]string{
+	"internal/etcdproc": {"go.etcd.io/etcd/", "go.uber.org/zap"},
+	"internal/etcdtest": {"go.uber.org/goleak"},
+	"internal/peercred": {"golang.org/x/sys/"},
+	"memory":            {"golang.org/x/sys/", "github.com/ebitengine/purego"},
+	"coord/store":       {"go.etcd.io/etcd/", "go.uber.org/zap", "google.golang.org/grpc"},
+	"transport/tcp":     {"golang.org/x/sys/"},
+	"transport/shm":     {"golang.org/x/sys/", "github.com/ebitengine/purego"},
+	"transport/ucx":     {"golang.org/x/sys/"},
+	"bench":             {"gonum.org/v1/plot"},
+	"cmd/hmc":           {"github.com/spf13/cobra", "github.com/schollz/progressbar/"},
+}
+
+// TestImportsPointDown checks every package's imports against the layer table and the
+// allowlist of outside modules, in the default build and with -tags ucx (whose files import
+// more). It fails, never skips, when go list cannot run.
 func TestImportsPointDown(t *testing.T) {
-	const mod = "github.com/hmc-go/hmc"
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Imports " "}}`, "./...").Output()
-	if err != nil {
-		t.Skipf("go list unavailable: %v", err)
+	for _, tags := range []string{"", "ucx"} {
+		t.Run("tags="+tags, func(t *testing.T) {
+			for _, e := range violations(t, tags, layers, outside) {
+				t.Error(e)
+			}
+		})
 	}
+}
+
+// The check itself catches what it is for: a package importing upwards, and an outside module
+// missing from a package's allowlist.
+func TestLayerCheckCatches(t *testing.T) {
+	l := map[string]int{}
+	for k, v := range layers {
+		l[k] = v
+	}
+	l["buffer"] = 0 // now below memory, which it imports
+	o := map[string][]string{}
+	for k, v := range outside {
+		o[k] = v
+	}
+	delete(o, "bench")
+	got := strings.Join(violations(t, "", l, o), "\n")
+	if !strings.Contains(got, "buffer (layer 0) imports memory") || !strings.Contains(got, "bench imports gonum.org/v1/plot") {
+		t.Fatalf("violations not reported:\n%s", got)
+	}
+}
+
+func violations(t *testing.T, tags string, layers map[string]int, outside map[string][]string) []string {
+	const mod = "github.com/hmc-go/hmc"
+	args := []string{"list", "-f", `{{.ImportPath}}:{{join .Imports " "}}`}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	out, err := exec.Command("go", append(args, "./...")...).Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var bad []string
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		pkg, imports, _ := strings.Cut(line, ":")
 		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, mod), "/")
 		from, ok := layers[rel]
 		if !ok {
-			t.Errorf("package %q has no layer in layers_test.go", rel)
+			bad = append(bad, "package "+rel+" has no layer in layers_test.go")
 			continue
 		}
 		for _, imp := range strings.Fields(imports) {
 			if !strings.HasPrefix(imp, mod) {
+				if !isStd(imp) && !allowed(outside[rel], imp) {
+					bad = append(bad, rel+" imports "+imp+", an outside module not in its allowlist (layers_test.go)")
+				}
 				continue
 			}
 			to := strings.TrimPrefix(strings.TrimPrefix(imp, mod), "/")
@@ -41,8 +97,25 @@ func TestImportsPointDown(t *testing.T) {
 			sameLayerOK := (strings.HasPrefix(rel, "transport/") && to == "transport") ||
 				(strings.HasPrefix(rel, "coord/") && to == "coord/store" && rel != to)
 			if l > from || (l == from && !sameLayerOK) {
-				t.Errorf("%s (layer %d) imports %s (layer %d)", rel, from, to, l)
+				bad = append(bad, fmt.Sprintf("%s (layer %d) imports %s (layer %d)", rel, from, to, l))
 			}
 		}
 	}
+	return bad
+}
+
+// isStd says whether an import path is the standard library's (its first element has no dot),
+// or cgo's "C".
+func isStd(imp string) bool {
+	first, _, _ := strings.Cut(imp, "/")
+	return !strings.Contains(first, ".")
+}
+
+func allowed(prefixes []string, imp string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(imp, p) {
+			return true
+		}
+	}
+	return false
 }
