@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/comm"
@@ -26,9 +27,11 @@ func WithConfig(cfg comm.Config) Option {
 // Session is a ConnBuffer and a Communicator over it: the Python SDK's Session in Go. Its
 // methods are safe for concurrent use.
 type Session struct {
-	buf     *buffer.ConnBuffer
-	comm    *comm.Communicator
-	localIP string
+	buf  *buffer.ConnBuffer
+	comm *comm.Communicator
+
+	mu      sync.Mutex
+	localIP string // guarded by mu: InitServer may set it while Connect reads it
 }
 
 // NewSession allocates a bufferSize-byte ConnBuffer of memType on deviceID and a Communicator
@@ -65,9 +68,11 @@ func (s *Session) InitServer(bindIP string, dataPort, ctrlTCPPort int, selfID ui
 	if ctrlUDSDir != "" {
 		uds = ctrl.UDSPathFor(ctrlUDSDir, selfID)
 	}
+	s.mu.Lock()
 	if bindIP != "" && bindIP != "0.0.0.0" && s.localIP == "" {
 		s.localIP = bindIP
 	}
+	s.mu.Unlock()
 	return s.comm.InitServer(bindIP, dataPort, ctrlTCPPort, uds, ct)
 }
 
@@ -80,7 +85,10 @@ func (s *Session) Connect(ctx context.Context, peerID, selfID uint32, peerIP str
 	}
 	link := comm.CtrlLink{Transport: ctrl.TCP, IP: peerIP, Port: ctrlTCPPort}
 	t, forced := ctrl.TransportFromEnv()
-	useUDS := (forced && t == ctrl.UDS) || (!forced && s.localIP != "" && s.localIP != "0.0.0.0" && s.localIP == peerIP && udsDir != "")
+	s.mu.Lock()
+	localIP := s.localIP
+	s.mu.Unlock()
+	useUDS := (forced && t == ctrl.UDS) || (!forced && localIP != "" && localIP != "0.0.0.0" && localIP == peerIP && udsDir != "")
 	if useUDS {
 		if udsDir == "" {
 			return fmt.Errorf("hmc: CTRL_TRANSPORT=uds needs a UDS directory: %w", status.ErrInvalidConfig)

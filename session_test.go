@@ -112,3 +112,41 @@ func TestSessionErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A Session's InitServer and Connect may run at once (a peer that serves and dials in
+// parallel): under -race this is clean, and both work.
+func TestSessionInitServerAndConnectConcurrently(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	srv, err := NewSession(0, 1<<20, CPU, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if err := srv.InitServer("127.0.0.1", 0, 0, 0, dir, TCP); err != nil {
+		t.Fatal(err)
+	}
+	dataPort := port(t, srv.Comm().DataAddr(TCP))
+	cli, err := NewSession(0, 1<<20, CPU, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	errs := make(chan error, 2)
+	go func() { errs <- cli.InitServer("127.0.0.1", 0, 0, 1, dir, TCP) }()
+	go func() {
+		errs <- cli.Connect(ctx, 0, 1, "127.0.0.1", dataPort, srv.Comm().CtrlAddr().Port, dir, TCP)
+	}()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cli.Put([]byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.PutRemote(ctx, "127.0.0.1", dataPort, 0, 0, 1, TCP); err != nil {
+		t.Fatal(err)
+	}
+}
