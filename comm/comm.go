@@ -105,14 +105,35 @@ type Communicator struct {
 	closed   bool                                    // guarded by mu
 }
 
+// DefaultConfig returns a Config with every default filled in, its transports' and control
+// plane's included.
+func DefaultConfig() Config {
+	return Config{TCP: tcp.DefaultConfig(), SHM: shm.DefaultConfig(), UCX: ucx.DefaultConfig(), Ctrl: ctrl.DefaultConfig(),
+		Logger: slog.New(slog.DiscardHandler)}
+}
+
+// Validate rejects impossible settings, the transports' and control plane's included. (The
+// stream ring is checked against the buffer by New.)
+func (c Config) Validate() error {
+	if c.NumChannels < 0 {
+		return fmt.Errorf("comm: %d channels: %w", c.NumChannels, status.ErrInvalidConfig)
+	}
+	for _, err := range []error{c.TCP.Validate(), c.SHM.Validate(), c.UCX.Validate(), c.Ctrl.Validate()} {
+		if err != nil {
+			return fmt.Errorf("comm: %w", err)
+		}
+	}
+	return nil
+}
+
 // New returns a Communicator over buf. Nothing listens or connects until InitServer or
 // ConnectTo.
 func New(buf *buffer.ConnBuffer, cfg Config) (*Communicator, error) {
 	if buf == nil {
 		return nil, fmt.Errorf("comm: nil buffer: %w", status.ErrInvalidConfig)
 	}
-	if cfg.NumChannels < 0 {
-		return nil, fmt.Errorf("comm: %d channels: %w", cfg.NumChannels, status.ErrInvalidConfig)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -1,8 +1,10 @@
 package comm
 
 import (
+	"errors"
 	"testing"
 
+	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
 
@@ -40,5 +42,27 @@ func TestOpTable(t *testing.T) {
 	}
 	if _, ok := tb.take(n + 1); ok || tb.len() != 0 {
 		t.Fatalf("unknown id found, or %d left", tb.len())
+	}
+}
+
+// Every Config has a DefaultConfig that validates and a Validate that refuses the impossible
+// with ErrInvalidConfig: the Communicator's, and through it its transports' and control plane's.
+func TestConfigDefaultsValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("DefaultConfig: %v", err)
+	}
+	bad := []func(*Config){
+		func(c *Config) { c.NumChannels = -1 },
+		func(c *Config) { c.TCP.Lanes = -1 },
+		func(c *Config) { c.SHM.Workers = -1 },
+		func(c *Config) { c.UCX.SpinTime = -1 },
+		func(c *Config) { c.Ctrl.InboxDepth = -1 },
+	}
+	for i, f := range bad {
+		c := DefaultConfig()
+		f(&c)
+		if err := c.Validate(); !errors.Is(err, status.ErrInvalidConfig) {
+			t.Errorf("case %d: %v", i, err)
+		}
 	}
 }

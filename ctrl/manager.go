@@ -85,6 +85,13 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultConfig returns a Config with every default filled in.
+func DefaultConfig() Config {
+	c := Config{}
+	c.setDefaults()
+	return c
+}
+
 func (c *Config) setDefaults() {
 	if c.MaxFrame == 0 {
 		c.MaxFrame = DefaultMaxFrame

@@ -25,6 +25,20 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultConfig returns a Config for a dynamic group with the default timeout.
+func DefaultConfig() Config { return Config{Timeout: defaultTimeout} }
+
+// defaultTimeout is Config.Timeout's default.
+const defaultTimeout = 120 * time.Second
+
+// Validate rejects impossible settings.
+func (c Config) Validate() error {
+	if c.Size < 0 || c.Size > store.MaxWorldSize || c.Timeout < 0 {
+		return fmt.Errorf("%w: group size %d (0..%d), timeout %v", status.ErrInvalidConfig, c.Size, store.MaxWorldSize, c.Timeout)
+	}
+	return nil
+}
+
 // View is a group's membership at one version.
 type View struct {
 	Version int64
@@ -100,11 +114,11 @@ func New(ctx context.Context, c store.Client, name string, cfg Config) (*Group, 
 	if name == "" || len(name) > 64 || strings.ContainsAny(name, "/") {
 		return nil, fmt.Errorf("%w: group name %q (1..64 bytes, no '/')", status.ErrInvalidConfig, name)
 	}
-	if cfg.Size < 0 || cfg.Size > store.MaxWorldSize {
-		return nil, fmt.Errorf("%w: group size %d", status.ErrInvalidConfig, cfg.Size)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 120 * time.Second
+	if cfg.Timeout == 0 {
+		cfg.Timeout = defaultTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

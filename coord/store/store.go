@@ -102,21 +102,39 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultConfig returns an unranked client's Config with every default filled in.
+func DefaultConfig() Config {
+	c, _ := (&Config{}).withDefaults() // the zero Config is valid
+	return c
+}
+
+// Validate rejects impossible settings: a world size or explicit rank out of range, negative
+// durations.
+func (c Config) Validate() error {
+	if c.WorldSize < 0 || c.WorldSize > MaxWorldSize {
+		return fmt.Errorf("%w: world size %d outside 0..%d", ErrInvalidKey, c.WorldSize, MaxWorldSize)
+	}
+	if c.Ranking == Explicit && (c.Rank < 0 || c.Rank >= MaxWorldSize || (c.WorldSize > 0 && c.Rank >= c.WorldSize)) {
+		return fmt.Errorf("%w: rank %d outside world of %d", ErrInvalidKey, c.Rank, c.WorldSize)
+	}
+	if c.DialTimeout < 0 || c.Heartbeat < 0 {
+		return fmt.Errorf("%w: negative dial timeout %v or heartbeat %v", ErrInvalidKey, c.DialTimeout, c.Heartbeat)
+	}
+	return nil
+}
+
 func (c *Config) withDefaults() (Config, error) {
 	cfg := *c
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
 	if cfg.Ranking != Explicit {
 		cfg.Rank = NoRank
 	}
-	if cfg.WorldSize < 0 || cfg.WorldSize > MaxWorldSize {
-		return cfg, fmt.Errorf("%w: world size %d outside 0..%d", ErrInvalidKey, cfg.WorldSize, MaxWorldSize)
-	}
-	if cfg.Rank < NoRank || cfg.Rank >= MaxWorldSize || (cfg.WorldSize > 0 && cfg.Rank >= cfg.WorldSize) {
-		return cfg, fmt.Errorf("%w: rank %d outside world of %d", ErrInvalidKey, cfg.Rank, cfg.WorldSize)
-	}
-	if cfg.DialTimeout <= 0 {
+	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = 30 * time.Second
 	}
-	if cfg.Heartbeat <= 0 {
+	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = 2 * time.Second
 	}
 	if cfg.Logger == nil {

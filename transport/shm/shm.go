@@ -56,6 +56,13 @@ type Config struct {
 // peers is the credential policy of Config.AllowUIDs.
 func (c *Config) peers() peercred.Policy { return peercred.Policy{UIDs: c.AllowUIDs} }
 
+// DefaultConfig returns a Config with every default filled in.
+func DefaultConfig() Config {
+	c := Config{}
+	c.setDefaults()
+	return c
+}
+
 func (c *Config) setDefaults() {
 	if c.ParallelThreshold == 0 {
 		c.ParallelThreshold = DefaultParallelThreshold

@@ -23,6 +23,17 @@ type Config struct {
 	CloseTimeout time.Duration
 }
 
+// DefaultConfig returns the zero Config (no UCX in this build).
+func DefaultConfig() Config { return Config{} }
+
+// Validate rejects impossible settings.
+func (c Config) Validate() error {
+	if c.SpinTime < 0 || c.CloseTimeout < 0 {
+		return fmt.Errorf("ucx: spin time %d us, close timeout %v: %w", c.SpinTime, c.CloseTimeout, status.ErrInvalidConfig)
+	}
+	return nil
+}
+
 // New returns a transport whose calls fail with ErrUnsupported (no UCX in this build).
 func New(Config) (transport.Transport, error) { return nil, errNotBuilt }
 

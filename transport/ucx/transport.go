@@ -98,14 +98,40 @@ func NewRDMA(cfg Config) (transport.Transport, error) {
 	return New(cfg)
 }
 
-// New returns a UCX transport.
-func New(cfg Config) (transport.Transport, error) {
-	if cfg.SpinTime <= 0 {
-		cfg.SpinTime = 1000
+// DefaultConfig returns a Config with every default filled in (SpinTime from HMC_UCX_SPIN_US
+// when set).
+func DefaultConfig() Config {
+	c := Config{}
+	c.setDefaults()
+	return c
+}
+
+func (c *Config) setDefaults() {
+	if c.SpinTime == 0 {
+		c.SpinTime = 1000
 		if v, err := strconv.Atoi(os.Getenv("HMC_UCX_SPIN_US")); err == nil && v > 0 {
-			cfg.SpinTime = v
+			c.SpinTime = v
 		}
 	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = defaultCloseTimeout
+	}
+}
+
+// Validate rejects impossible settings.
+func (c Config) Validate() error {
+	if c.SpinTime < 0 || c.CloseTimeout < 0 {
+		return fmt.Errorf("ucx: spin time %d us, close timeout %v: %w", c.SpinTime, c.CloseTimeout, status.ErrInvalidConfig)
+	}
+	return nil
+}
+
+// New returns a UCX transport.
+func New(cfg Config) (transport.Transport, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
 	return &Transport{cfg: cfg}, nil
 }
 
@@ -184,13 +210,8 @@ func ucsErr(what string, st C.ucs_status_t) error {
 	return fmt.Errorf("ucx: %s: %s: %w", what, statusString(st), base)
 }
 
-// closeTimeout is Config.CloseTimeout or its default.
-func (t *Transport) closeTimeout() time.Duration {
-	if t.cfg.CloseTimeout > 0 {
-		return t.cfg.CloseTimeout
-	}
-	return defaultCloseTimeout
-}
+// closeTimeout is Config.CloseTimeout (its default filled in by New).
+func (t *Transport) closeTimeout() time.Duration { return t.cfg.CloseTimeout }
 
 // defaultCloseTimeout bounds how long Close waits for requests in flight to complete or fail.
 const defaultCloseTimeout = 30 * time.Second
