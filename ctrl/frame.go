@@ -72,10 +72,14 @@ func (h Header) Check(maxFrame uint32) error {
 // helloLen is the payload of a HELLO: the rank as u32.
 const helloLen = 4
 
-// ParseHello validates a HELLO frame (header and payload) and returns the rank it carries.
+// ParseHello validates a HELLO frame (header, with no flag but FlagHello, and payload) and
+// returns the rank it carries.
 func ParseHello(h Header, payload []byte) (uint32, error) {
 	if !h.IsHello() {
 		return 0, fmt.Errorf("ctrl: first frame is type %#x flags %#x, not HELLO: %w", h.Type(), h.Flags(), status.ErrProtocol)
+	}
+	if h.Flags() != FlagHello {
+		return 0, fmt.Errorf("ctrl: HELLO with reserved flag bits %#x set: %w", h.Flags()&^FlagHello, status.ErrProtocol)
 	}
 	if h.Length() != helloLen || len(payload) != helloLen {
 		return 0, fmt.Errorf("ctrl: HELLO of %d bytes, want %d: %w", h.Length(), helloLen, status.ErrProtocol)
