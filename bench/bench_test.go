@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,5 +138,38 @@ func TestDeviceBuffer(t *testing.T) {
 	}
 	if err := Run(ctx, Config{Op: "put", Mode: ModeG2H2G, BufferMem: memory.NvidiaGPU, Sizes: []uint64{1}}, nil); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Fatal(err)
+	}
+}
+
+// Bad flags are refused by Validate, before anything starts, with the flag named.
+func TestConfigValidate(t *testing.T) {
+	good := Config{Op: "put", Sizes: []uint64{8}}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]func(*Config){
+		"--iters":    func(c *Config) { c.Iters = -1 },
+		"--duration": func(c *Config) { c.Duration = -1 },
+		"--warmup":   func(c *Config) { c.Warmup = -1 },
+		"--window":   func(c *Config) { c.Window = -1 },
+		"--lanes":    func(c *Config) { c.Lanes = 1000 },
+		"--sizes":    func(c *Config) { c.Sizes = []uint64{1 << 60} },
+		"op":         func(c *Config) { c.Op = "puut" },
+	}
+	for flag, f := range cases {
+		c := good
+		f(&c)
+		err := c.Validate()
+		if !errors.Is(err, status.ErrInvalidConfig) || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s: %v", flag, err)
+		}
+	}
+	for _, s := range []string{"0", "-1", "1XB", ""} {
+		if _, err := ParseSize(s); !errors.Is(err, status.ErrInvalidConfig) {
+			t.Errorf("size %q: %v", s, err)
+		}
+	}
+	if n, err := ParseSize("1TiB"); err != nil || n != 1<<40 {
+		t.Errorf("1TiB: %d %v", n, err)
 	}
 }

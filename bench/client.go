@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"net"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hmc-go/hmc/buffer"
@@ -76,6 +78,69 @@ type Result struct {
 	Lanes     int     `json:"lanes"`
 	Window    int     `json:"window"`
 	Verified  bool    `json:"verified"`
+}
+
+// Validate checks the configuration before anything starts: the op and mode, counts that
+// cannot be negative, the memory types being usable here, and the largest transfer fitting in
+// this machine's available memory. Errors name the CLI flag to change.
+func (cfg Config) Validate() error {
+	c := cfg
+	if err := c.validate(); err != nil {
+		return err
+	}
+	switch {
+	case cfg.Iters < 0:
+		return fmt.Errorf("bench: --iters %d: want 0 (automatic) or more: %w", cfg.Iters, status.ErrInvalidConfig)
+	case cfg.Duration < 0:
+		return fmt.Errorf("bench: --duration %v: want 0 (use --iters) or more: %w", cfg.Duration, status.ErrInvalidConfig)
+	case cfg.Warmup < 0:
+		return fmt.Errorf("bench: --warmup %d: want 0 or more: %w", cfg.Warmup, status.ErrInvalidConfig)
+	case cfg.Window < 0:
+		return fmt.Errorf("bench: --window %d: want 1 (blocking) or more: %w", cfg.Window, status.ErrInvalidConfig)
+	case cfg.Lanes < 0 || cfg.Lanes > 64:
+		return fmt.Errorf("bench: --lanes %d: want 0 (the transport's default) to 64: %w", cfg.Lanes, status.ErrInvalidConfig)
+	}
+	for _, m := range []struct {
+		flag string
+		t    memory.Type
+	}{{"--mem", c.Mem}, {"--buffer-mem", c.BufferMem}} {
+		if m.t != memory.CPU {
+			if err := memory.Probe(m.t); err != nil {
+				return fmt.Errorf("bench: %s %v: %w", m.flag, m.t, err)
+			}
+		}
+	}
+	largest := slices.Max(cfg.Sizes)
+	// Both sides hold a buffer of the largest transfer, and the client its source data.
+	if avail, ok := memAvailable(); ok && c.BufferMem == memory.CPU && largest > avail/3 {
+		return fmt.Errorf("bench: --sizes: the largest transfer, %s, needs about %s of host memory (a buffer on each side and the source), and %s is available: %w",
+			FormatSize(largest), FormatSize(3*largest), approxSize(avail), status.ErrInvalidConfig)
+	}
+	return nil
+}
+
+// approxSize prints n in GiB or MiB with one decimal.
+func approxSize(n uint64) string {
+	if n >= 1<<30 {
+		return fmt.Sprintf("%.1fGiB", float64(n)/(1<<30))
+	}
+	return fmt.Sprintf("%.1fMiB", float64(n)/(1<<20))
+}
+
+// memAvailable returns the kernel's estimate of the memory available to new allocations
+// (MemAvailable in /proc/meminfo), or false when it cannot be read.
+func memAvailable() (uint64, bool) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10, err == nil
+		}
+	}
+	return 0, false
 }
 
 func (cfg *Config) validate() error {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,8 +84,31 @@ func (f *benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
 			return bench.Config{}, err
 		}
 	}
-	return bench.Config{Transport: ct, Op: f.op, Mode: f.mode, Sizes: sz, Iters: f.iters, Duration: f.duration,
-		Warmup: f.warmup, Lanes: f.lanes, Chunk: chunk, BusyPoll: f.busyPoll, Window: f.window, Mem: mt, BufferMem: bt, UCXAlloc: f.ucxAlloc, Verify: f.verify}, nil
+	cfg := bench.Config{Transport: ct, Op: f.op, Mode: f.mode, Sizes: sz, Iters: f.iters, Duration: f.duration,
+		Warmup: f.warmup, Lanes: f.lanes, Chunk: chunk, BusyPoll: f.busyPoll, Window: f.window, Mem: mt, BufferMem: bt, UCXAlloc: f.ucxAlloc, Verify: f.verify}
+	// Everything is checked before a server child starts or a byte is allocated.
+	if err := cfg.Validate(); err != nil {
+		return bench.Config{}, err
+	}
+	if f.plot != "" {
+		if err := writable(f.plot); err != nil {
+			return bench.Config{}, fmt.Errorf("--plot %s: %w", f.plot, err)
+		}
+	}
+	return cfg, nil
+}
+
+// writable checks, before a run, that a file can be written at path (its directory exists and
+// lets us create files), without leaving anything behind.
+func writable(path string) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".hmc-write-check-*")
+	if err != nil {
+		return fmt.Errorf("cannot write in %s: %w", dir, err)
+	}
+	name := f.Name()
+	_ = f.Close()
+	return os.Remove(name)
 }
 
 // clientRunE builds a client command's RunE: parse the flags, let peer point the config at a

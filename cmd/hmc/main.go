@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 	"runtime/trace"
 
@@ -14,8 +15,42 @@ import (
 	"github.com/hmc-go/hmc/transport/ucx"
 )
 
-// version is set with -ldflags "-X main.version=...".
-var version = "dev"
+// version, when set with -ldflags "-X main.version=...", overrides what the build info says.
+var version = ""
+
+// buildVersion says which build this is: the -ldflags version if set, else the module version
+// (a tag with `go install ...@v1.2.3`), the VCS commit and whether the tree was modified, the Go
+// version, and the ucx tag.
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(no build info)"
+	}
+	v := version
+	if v == "" {
+		v = bi.Main.Version
+	}
+	var rev, dirty, tags string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+			if len(rev) > 12 {
+				rev = rev[:12]
+			}
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+modified"
+			}
+		case "-tags":
+			tags = " tags=" + s.Value
+		}
+	}
+	if rev != "" {
+		v += " " + rev + dirty
+	}
+	return v + " " + bi.GoVersion + tags
+}
 
 func main() {
 	// A fault inside UCX (ucx builds) must reach Go's handler, which prints the Go stacks.
@@ -79,7 +114,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(benchCmd(), infoCmd(), storeCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
-		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "hmc", version) },
+		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "hmc", buildVersion()) },
 	})
 	return root
 }
