@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"sync"
 
 	"github.com/hmc-go/hmc/buffer"
@@ -56,6 +58,28 @@ func NewSession(deviceID int, bufferSize uint64, memType MemoryType, numChannels
 
 // Buffer returns the Session's ConnBuffer.
 func (s *Session) Buffer() *buffer.ConnBuffer { return s.buf }
+
+// DataPort returns the TCP port the data server listens on (for AUTO, SHM and TCP alike: the
+// shared-memory socket is named after it), or 0 before InitServer. It tells peers where to
+// connect when InitServer was given port 0.
+func (s *Session) DataPort() int { return addrPort(s.comm.DataAddr(TCP)) }
+
+// CtrlPort returns the control plane's TCP port, or 0 when it does not listen on TCP.
+func (s *Session) CtrlPort() int {
+	if a := s.comm.CtrlAddr(); a != nil {
+		return a.Port
+	}
+	return 0
+}
+
+func addrPort(addr string) int {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(p)
+	return n
+}
 
 // Comm returns the Session's Communicator.
 func (s *Session) Comm() *comm.Communicator { return s.comm }
