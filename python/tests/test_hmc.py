@@ -193,3 +193,35 @@ def test_gpu_buffer_to_a_remote_host_buffer(conn, tmp_path):
         assert out.cpu().numpy().tobytes() == pattern(n, 32)
     finally:
         stop_peer(s, p)
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_readme_snippet_pairs_with_server_example(tmp_path):
+    """The README's Python snippet, run against python/examples/server.py, is what the server
+    waits for: the server prints the tag and the bytes and exits cleanly."""
+    import re
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    readme = open(os.path.join(root, "README.md")).read()
+    snippet = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
+    data_port, ctrl_port = _free_port(), _free_port()
+    snippet = snippet.replace("2025", str(data_port)).replace("5001", str(ctrl_port)).replace('"/tmp"', repr(str(tmp_path)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), HMC_DATA_PORT=str(data_port),
+               HMC_CTRL_PORT=str(ctrl_port), HMC_UDS_DIR=str(tmp_path))
+    srv = subprocess.Popen([sys.executable, os.path.join(root, "python", "examples", "server.py")],
+                           stdout=subprocess.PIPE, env=env, text=True)
+    try:
+        assert srv.stdout.readline().strip() == "server ready"
+        subprocess.run([sys.executable, "-c", snippet], env=env, check=True, timeout=60)
+        out = srv.stdout.read()
+        assert srv.wait(timeout=30) == 0
+    finally:
+        srv.kill()
+    assert out.startswith("tag 1 received"), out[:200]
+    want = np.arange(1024, dtype=np.int32).tobytes()
+    assert repr(want)[:60] in out
