@@ -226,6 +226,12 @@ int hmc_group_destroy(uint64_t group);
  * Status returns as above: TIMEOUT, NOT_FOUND (absent key), INVALID_CONFIG (bad argument, or a
  * buffer too small: *len / *outlen then says how much is needed), ERROR (store lost, rank taken). */
 int hmc_store_open(const char *url, int rank, int world, int timeout_ms, int serve, uint64_t *out);
+/* hmc_store_open with the store's protections: a shared secret (secret_len bytes; none when 0)
+ * and TLS 1.3 from PEM files: tls_cert and tls_key are this side's certificate and key (mutual
+ * TLS, or serving), tls_ca the authority the other side must be signed by. NULL: none. */
+int hmc_store_open_secure(const char *url, int rank, int world, int timeout_ms, int serve,
+                          const void *secret, uint64_t secret_len, const char *tls_cert,
+                          const char *tls_key, const char *tls_ca, uint64_t *out);
 int hmc_store_rank(uint64_t store, int *rank, int *serving);
 int hmc_store_set(uint64_t store, const char *key, const void *value, uint64_t len, int timeout_ms);
 /* wait_ms: 0 = absent is NOT_FOUND at once, > 0 = wait that long for the key, < 0 = until timeout_ms. */

@@ -8,6 +8,7 @@ package main
 import "C"
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"time"
@@ -43,6 +44,17 @@ func storeConfig(rank, world, timeoutMS C.int) (store.Config, error) {
 
 //export hmc_store_open
 func hmc_store_open(url *C.char, rank, world, timeoutMS C.int, serve C.int, out *C.uint64_t) C.int {
+	return hmc_store_open_secure(url, rank, world, timeoutMS, serve, nil, 0, nil, nil, nil, out)
+}
+
+// hmc_store_open_secure is hmc_store_open with the store's protections: a shared secret
+// (secretLen bytes at secret; none when 0) and TLS from PEM files (tlsCert and tlsKey: this
+// side's certificate and key, for mutual TLS or when serving; tlsCA: the authority the other
+// side must be signed by). NULL or empty paths mean none.
+//
+//export hmc_store_open_secure
+func hmc_store_open_secure(url *C.char, rank, world, timeoutMS C.int, serve C.int, secret unsafe.Pointer, secretLen C.uint64_t,
+	tlsCert, tlsKey, tlsCA *C.char, out *C.uint64_t) C.int {
 	return call(func() error {
 		if url == nil || out == nil {
 			return fmt.Errorf("hmc: store open with null arguments: %w", status.ErrInvalidConfig)
@@ -51,11 +63,28 @@ func hmc_store_open(url *C.char, rank, world, timeoutMS C.int, serve C.int, out 
 		if err != nil {
 			return err
 		}
+		scfg := store.ServerConfig{WorldSize: int(world)}
+		if secretLen > 0 {
+			b, err := hostBytes(secret, secretLen)
+			if err != nil {
+				return err
+			}
+			cfg.Secret = bytes.Clone(b)
+			scfg.Secret = cfg.Secret
+		}
+		if cfg.TLS, err = store.TLSFromFiles(goString(tlsCert), goString(tlsKey), goString(tlsCA), false); err != nil {
+			return err
+		}
+		if serve != 0 {
+			if scfg.TLS, err = store.TLSFromFiles(goString(tlsCert), goString(tlsKey), goString(tlsCA), true); err != nil {
+				return err
+			}
+		}
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
 		h := &storeHandle{}
 		if serve != 0 {
-			h.c, h.srv, err = store.ServeOrJoin(ctx, goString(url), store.ServerConfig{WorldSize: int(world)}, cfg)
+			h.c, h.srv, err = store.ServeOrJoin(ctx, goString(url), scfg, cfg)
 		} else {
 			h.c, err = store.Open(ctx, goString(url), cfg)
 		}

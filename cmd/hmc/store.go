@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
@@ -50,24 +48,11 @@ func storeServeCmd() *cobra.Command {
 				}
 				cfg.Secret = []byte(strings.TrimSpace(string(b)))
 			}
-			if cert != "" || key != "" {
-				pair, err := tls.LoadX509KeyPair(cert, key)
-				if err != nil {
-					return fmt.Errorf("TLS key pair: %w", err)
-				}
-				cfg.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
-				if ca != "" {
-					pem, err := os.ReadFile(ca)
-					if err != nil {
-						return err
-					}
-					pool := x509.NewCertPool()
-					if !pool.AppendCertsFromPEM(pem) {
-						return fmt.Errorf("no certificate in %s", ca)
-					}
-					cfg.TLS.ClientCAs, cfg.TLS.ClientAuth = pool, tls.RequireAndVerifyClientCert
-				}
+			tcfg, err := store.TLSFromFiles(cert, key, ca, true)
+			if err != nil {
+				return err
 			}
+			cfg.TLS = tcfg
 			srv, err := store.Listen(listen, cfg)
 			if err != nil {
 				return err

@@ -140,12 +140,26 @@ func (c *collective) clean(ctx context.Context, n int64) {
 	}
 }
 
+// progressEvery is how often a member waiting in a collective logs who it still waits for.
+const progressEvery = 10 * time.Second
+
 // waitKey waits for key; a member's death or the deadline become errors, unless the key is
-// there after all.
-func (c *collective) waitKey(ctx context.Context, op, key string) ([]byte, error) {
-	v, err := c.g.st.Get(ctx, key, store.Forever)
-	if err == nil {
-		return v, nil
+// there after all. Every progressEvery it logs what missing() says (who has not arrived), and
+// a deadline's error says it too.
+func (c *collective) waitKey(ctx context.Context, op, key string, missing func() string) ([]byte, error) {
+	start := time.Now()
+	var v []byte
+	var err error
+	for {
+		v, err = c.g.st.Get(ctx, key, progressEvery)
+		if err == nil {
+			return v, nil
+		}
+		if ctx.Err() != nil || !errors.Is(err, store.ErrTimeout) {
+			break
+		}
+		c.g.log.Warn("group: still waiting", "op", op, "group members", len(c.members), "waiting", missing(),
+			"for", time.Since(start).Round(time.Second))
 	}
 	cause := context.Cause(ctx)
 	if ctx.Err() != nil {
@@ -159,7 +173,7 @@ func (c *collective) waitKey(ctx context.Context, op, key string) ([]byte, error
 		if errors.As(cause, &md) {
 			return nil, md
 		}
-		return nil, fmt.Errorf("group: %s: %w", op, status.ContextError(cause))
+		return nil, fmt.Errorf("group: %s: %s after %v: %w", op, missing(), time.Since(start).Round(time.Millisecond), status.ContextError(cause))
 	}
 	return nil, fmt.Errorf("group: %s: %w", op, err)
 }
@@ -173,12 +187,13 @@ func (c *collective) barrier(ctx context.Context) error {
 		return err
 	}
 	defer done()
-	return c.arrive(ctx, wctx, "barrier", n, key+"BA", key+"BW")
+	return c.arrive(ctx, wctx, "barrier", n, key+"BA", key+"BW", nil)
 }
 
 // arrive counts this member in at round n's counter, cleans round n-2 if it is the first, sets
 // the round's done key if it is the last, and waits for that key.
-func (c *collective) arrive(ctx, wctx context.Context, op string, n int64, counter, doneKey string) error {
+// missing, if set, names the members that have not arrived; else their count is given.
+func (c *collective) arrive(ctx, wctx context.Context, op string, n int64, counter, doneKey string, missing func() string) error {
 	cnt, err := c.g.st.Add(ctx, counter, 1)
 	if err != nil {
 		return fmt.Errorf("group: %s: %w", op, err)
@@ -193,8 +208,45 @@ func (c *collective) arrive(ctx, wctx context.Context, op string, n int64, count
 			return fmt.Errorf("group: %s: %w", op, err)
 		}
 	}
-	_, err = c.waitKey(wctx, op, doneKey)
+	if missing == nil {
+		missing = func() string {
+			lctx, cancel := context.WithTimeout(c.g.ctx, time.Second)
+			defer cancel()
+			got, err := c.g.st.Add(lctx, counter, 0)
+			if err != nil {
+				return fmt.Sprintf("for some of %d members", len(c.members))
+			}
+			return fmt.Sprintf("for %d of %d members", int64(len(c.members))-got, len(c.members))
+		}
+	}
+	_, err = c.waitKey(wctx, op, doneKey, missing)
 	return err
+}
+
+// absent names the members whose allgather records are not in key yet.
+func (c *collective) absent(key string) string {
+	lctx, cancel := context.WithTimeout(c.g.ctx, time.Second)
+	defer cancel()
+	all, err := c.g.st.Get(lctx, key, 0)
+	if err != nil {
+		return fmt.Sprintf("for some of %d members", len(c.members))
+	}
+	here := map[int]bool{}
+	for len(all) >= 8 {
+		l := int(binary.LittleEndian.Uint32(all[4:]))
+		here[int(binary.LittleEndian.Uint32(all))] = true
+		if l > len(all)-8 {
+			break
+		}
+		all = all[8+l:]
+	}
+	var miss []int
+	for _, r := range c.members {
+		if !here[r] {
+			miss = append(miss, r)
+		}
+	}
+	return fmt.Sprintf("for ranks %v of %d members", miss, len(c.members))
 }
 
 func (c *collective) allGather(ctx context.Context, data []byte) ([][]byte, error) {
@@ -213,7 +265,7 @@ func (c *collective) allGather(ctx context.Context, data []byte) ([][]byte, erro
 	if _, err := c.g.st.Append(ctx, key+"GA", rec); err != nil {
 		return nil, fmt.Errorf("group: allgather: %w", err)
 	}
-	if err := c.arrive(ctx, wctx, "allgather", n, key+"GC", key+"GW"); err != nil {
+	if err := c.arrive(ctx, wctx, "allgather", n, key+"GC", key+"GW", func() string { return c.absent(key + "GA") }); err != nil {
 		return nil, err
 	}
 	all, err := c.g.st.Get(ctx, key+"GA", 0)

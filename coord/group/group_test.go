@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -375,4 +376,22 @@ func TestBadInput(t *testing.T) {
 	if err := g.Barrier(short); status.CodeOf(err) != status.Timeout {
 		t.Fatalf("lonely barrier: %v", err)
 	}
+}
+
+// A lone member's collective that times out says who it waited for.
+func TestLoneMemberSaysWhoIsMissing(t *testing.T) {
+	backends(t, func(t *testing.T, open opener) {
+		cs := ranked(t, open, 1)
+		g := newGroup(t, cs[0], "lone", group.Config{Size: 3})
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		if err := g.Barrier(ctx); !errors.Is(err, status.ErrTimeout) || !strings.Contains(err.Error(), "for 2 of 3 members") {
+			t.Fatalf("barrier: %v", err)
+		}
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel2()
+		if _, err := g.AllGather(ctx2, []byte("x")); !errors.Is(err, status.ErrTimeout) || !strings.Contains(err.Error(), "for ranks [1 2] of 3 members") {
+			t.Fatalf("allgather: %v", err)
+		}
+	})
 }

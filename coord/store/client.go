@@ -46,16 +46,22 @@ func dialTCP(ctx context.Context, addr string, cfg Config) (*tcpClient, error) {
 	defer cancel()
 	var d net.Dialer
 	var conn net.Conn
-	for {
+	start := time.Now()
+	for tries := 0; ; tries++ {
 		var err error
 		conn, err = d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			break
 		}
+		if tries == 0 { // say so at once; the store may simply not be up yet
+			cfg.Logger.Warn("no store yet, retrying every 100 ms", "url", "tcp://"+addr, "err", err, "until", cfg.DialTimeout)
+		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: connect to store %s: %w", ErrIO, addr, ctxErr(ctx.Err()))
-		case <-time.After(100 * time.Millisecond): // the store may not be up yet: retry
+			// Name the last refusal, not only the deadline: "connection refused" says nobody listens.
+			return nil, fmt.Errorf("%w: no store at tcp://%s after %v: %w (%w)", ErrIO, addr,
+				time.Since(start).Round(time.Millisecond), err, ctxErr(ctx.Err()))
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	c := &tcpClient{cfg: cfg, log: cfg.Logger, pending: map[uint32]chan reply{}, rank: NoRank,

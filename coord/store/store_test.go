@@ -2,8 +2,13 @@ package store_test
 
 import (
 	"context"
+	"errors"
+	"net"
 	"os"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/coord/store/storetest"
@@ -31,3 +36,24 @@ func embedded(t *testing.T) storetest.Opener {
 }
 
 func TestEmbedded(t *testing.T) { storetest.Run(t, embedded) }
+
+// Opening a store where nothing listens says so, naming the address and the refusal.
+func TestOpenNoStoreSaysWhy(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	start := time.Now()
+	_, err = store.Open(context.Background(), "tcp://"+addr, store.Config{DialTimeout: 300 * time.Millisecond})
+	if err == nil {
+		t.Fatal("opened a store where nothing listens")
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "no store at tcp://"+addr) {
+		t.Fatalf("error %q does not say nothing listens at %s", err, addr)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("took %v", d)
+	}
+}

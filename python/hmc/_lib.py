@@ -40,6 +40,7 @@ _SIGNATURES = {
     "hmc_group_scratch_size": ([_int, _u64], _u64),
     "hmc_group_destroy": ([_u64], _int),
     "hmc_store_open": ([_str, _int, _int, _int, _int, _pu64], _int),
+    "hmc_store_open_secure": ([_str, _int, _int, _int, _int, _ptr, _u64, _str, _str, _str, _pu64], _int),
     "hmc_store_rank": ([_u64, ctypes.POINTER(_int), ctypes.POINTER(_int)], _int),
     "hmc_store_set": ([_u64, _str, _ptr, _u64, _int], _int),
     "hmc_store_get": ([_u64, _str, _int, _ptr, _u64, _pu64, _int], _int),

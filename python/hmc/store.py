@@ -29,11 +29,25 @@ def _sized(cap, what, call):
         return buf.raw[:n.value]
 
 
+def _opt(path):
+    return None if path is None else _b(str(path))
+
+
 class Store:
-    def __init__(self, url, rank=None, world=0, serve=False, timeout=DEFAULT_TIMEOUT):
+    def __init__(self, url, rank=None, world=0, serve=False, timeout=DEFAULT_TIMEOUT, *, secret=None,
+                 tls_cert=None, tls_key=None, tls_ca=None):
+        """Connects to the store at url (serve=True: serves it if nobody does yet).
+
+        ``secret`` (bytes or str) is the store's shared secret (``hmc store serve --secret-file``);
+        ``tls_cert``/``tls_key`` are this side's PEM certificate and key (mutual TLS, or when
+        serving) and ``tls_ca`` the authority the other side must be signed by."""
         r = -1 if rank is None else (-2 if rank is False else int(rank))
         h = ctypes.c_uint64()
-        _check(_L.hmc_store_open(_b(url), r, int(world), _ms(timeout), 1 if serve else 0, ctypes.byref(h)),
+        if isinstance(secret, str):
+            secret = secret.encode()
+        sec = bytes(secret or b"")
+        _check(_L.hmc_store_open_secure(_b(url), r, int(world), _ms(timeout), 1 if serve else 0, sec or None,
+                                        len(sec), _opt(tls_cert), _opt(tls_key), _opt(tls_ca), ctypes.byref(h)),
                "store open")
         self._h, self.url, self.timeout = h.value, url, timeout
 

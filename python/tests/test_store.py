@@ -54,3 +54,47 @@ def test_store_group_allgather():
         t.join()
         ga.close()
         gb.close()
+
+
+def test_store_secret():
+    """A protected store (shared secret) admits clients that know it and refuses the others."""
+    url = _url()
+    with Store(url, rank=0, world=3, serve=True, timeout=10, secret="s3cret") as a:
+        assert a.serving
+        with Store(url, rank=1, world=3, timeout=10, secret=b"s3cret") as b:
+            b.set("k", b"v")
+            assert a.get("k") == b"v"
+        for bad in ("wrong", None):
+            with pytest.raises(hmc.HMCStatusError):
+                Store(url, rank=2, world=3, timeout=2, secret=bad)
+
+
+def _certs(tmp_path):
+    """A CA and a certificate for 127.0.0.1 signed by it (openssl), as PEM files."""
+    import shutil
+    import subprocess
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not found")
+    d = str(tmp_path)
+    run = lambda *a: subprocess.run(list(a), check=True, capture_output=True, cwd=d)  # noqa: E731
+    run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=test ca")
+    run("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", "node.key", "-out", "node.csr", "-subj", "/CN=127.0.0.1")
+    with open(f"{d}/ext.cnf", "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
+    run("openssl", "x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "node.pem", "-days", "1", "-extfile", "ext.cnf")
+    return f"{d}/node.pem", f"{d}/node.key", f"{d}/ca.pem"
+
+
+def test_store_mutual_tls(tmp_path):
+    """A store served with TLS and a CA admits clients with a certificate from that CA."""
+    cert, key, ca = _certs(tmp_path)
+    url = _url()
+    with Store(url, rank=0, world=2, serve=True, timeout=10, tls_cert=cert, tls_key=key, tls_ca=ca) as a:
+        with Store(url, rank=1, world=2, timeout=10, tls_cert=cert, tls_key=key, tls_ca=ca) as b:
+            b.set("k", b"tls")
+            assert a.get("k") == b"tls"
+        with pytest.raises(hmc.HMCStatusError):
+            Store(url, rank=1, world=2, timeout=2, tls_ca=ca)  # no client certificate
