@@ -28,7 +28,7 @@ var outside = map[string][]string{
 	"transport/shm":     {"golang.org/x/sys/", "github.com/ebitengine/purego"},
 	"transport/ucx":     {"golang.org/x/sys/"},
 	"bench":             {"gonum.org/v1/plot"},
-	"cmd/hmc":           {"github.com/spf13/cobra", "github.com/schollz/progressbar/"},
+	"cmd/hmc":           {"github.com/spf13/cobra", "github.com/schollz/progressbar/", "golang.org/x/term"},
 }
 
 // TestImportsPointDown checks every package's imports against the layer table and the

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -171,5 +172,27 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if n, err := ParseSize("1TiB"); err != nil || n != 1<<40 {
 		t.Errorf("1TiB: %d %v", n, err)
+	}
+}
+
+// Latency results print no bandwidth (a note says what the times are) and plot p50/p99 by size.
+func TestLatencyOutput(t *testing.T) {
+	rs := []Result{{Transport: "tcp", Route: "tcp", Op: "lat", Size: 8, Iters: 10, P50us: 7, P99us: 20},
+		{Transport: "tcp", Route: "tcp", Op: "lat", Size: 4096, Iters: 10, P50us: 9, P99us: 30}}
+	var b strings.Builder
+	tb := NewTable(&b)
+	for _, r := range rs {
+		tb.Add(r)
+	}
+	out := b.String()
+	if !strings.HasPrefix(out, "# lat:") || strings.Contains(out, "0.000") {
+		t.Fatalf("latency table:\n%s", out)
+	}
+	path := filepath.Join(t.TempDir(), "lat.png")
+	if err := Plot(path, "lat", rs); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		t.Fatalf("plot: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -29,9 +30,14 @@ func NewTable(w io.Writer) *Table { return &Table{w: w} }
 
 const rowFormat = "%-9s %-4s %-8s %-14s %8s %7s %9s %10s %10s %10s\n"
 
-// Add prints one result row (and the header before the first).
+// Add prints one result row (and the header before the first). Latency ops (lat, pingpong)
+// print no bandwidth; a note above the header says what their times are.
 func (t *Table) Add(r Result) {
 	if !t.header {
+		if latencyOp(r.Op) {
+			fmt.Fprintln(t.w, "# lat: time for one blocking put to complete (over tcp and ucx a round trip to the target;"+
+				" over shm a copy by this process alone, no round trip); pingpong: half a put-answered-by-put round trip")
+		}
 		fmt.Fprintf(t.w, rowFormat, "transport", "op", "mode", "mem", "size", "iters", "GB/s", "p50 µs", "p99 µs", "mean µs")
 		t.header = true
 	}
@@ -47,27 +53,79 @@ func (t *Table) Add(r Result) {
 	if r.BufferMem != "" && r.BufferMem != memory.CPU.String() {
 		mem = "buf:" + r.BufferMem // the transfer's own memory is the device buffer
 	}
+	gbps := fmt.Sprintf("%.3f", r.GBps)
+	if latencyOp(r.Op) {
+		gbps = "-"
+	}
 	fmt.Fprintf(t.w, rowFormat, tr, r.Op, mode, mem, FormatSize(r.Size), fmt.Sprint(r.Iters),
-		fmt.Sprintf("%.3f", r.GBps), fmt.Sprintf("%.1f", r.P50us), fmt.Sprintf("%.1f", r.P99us), fmt.Sprintf("%.1f", r.MeanUs))
+		gbps, fmt.Sprintf("%.1f", r.P50us), fmt.Sprintf("%.1f", r.P99us), fmt.Sprintf("%.1f", r.MeanUs))
 }
 
-// Plot writes a PNG chart of bandwidth against size (log2 axis) to path.
+// latencyOp says whether op is measured as latency (no bandwidth).
+func latencyOp(op string) bool { return op == "lat" || op == "pingpong" }
+
+// Plot writes a PNG chart to path: bandwidth against transfer size, or for latency ops the p50
+// and p99 times against size; the size axis is logarithmic, labelled in sizes (8B … 16MiB).
 func Plot(path, title string, results []Result) error {
 	p := plot.New()
 	p.Title.Text = title
-	p.X.Label.Text = "transfer size (log2 bytes)"
+	p.X.Label.Text = "transfer size"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = sizeTicks{}
+	type series struct {
+		name string
+		y    func(Result) float64
+	}
+	lines := []series{{"GB/s", func(r Result) float64 { return r.GBps }}}
 	p.Y.Label.Text = "GB/s (10^9 B/s)"
-	pts := make(plotter.XYs, 0, len(results))
-	for _, r := range results {
-		pts = append(pts, plotter.XY{X: math.Log2(float64(r.Size)), Y: r.GBps})
+	if len(results) > 0 && latencyOp(results[0].Op) {
+		p.Y.Label.Text = "µs"
+		lines = []series{{"p50", func(r Result) float64 { return r.P50us }}, {"p99", func(r Result) float64 { return r.P99us }}}
 	}
-	line, points, err := plotter.NewLinePoints(pts)
-	if err != nil {
-		return err
+	p.Y.Min = 0
+	p.Add(plotter.NewGrid())
+	for i, sr := range lines {
+		pts := make(plotter.XYs, 0, len(results))
+		for _, r := range results {
+			pts = append(pts, plotter.XY{X: float64(r.Size), Y: sr.y(r)})
+		}
+		line, points, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return err
+		}
+		line.Color = plotutil.Color(i)
+		points.Color = plotutil.Color(i)
+		p.Add(line, points)
+		name := sr.name
+		if len(results) > 0 {
+			name = results[0].Route + " " + results[0].Op + " " + sr.name
+		}
+		p.Legend.Add(name, line, points)
 	}
-	p.Add(line, points, plotter.NewGrid())
-	if len(results) > 0 {
-		p.Legend.Add(results[0].Route+" "+results[0].Op, line, points)
-	}
+	p.Legend.Top, p.Legend.Left = true, true
 	return p.Save(8*vg.Inch, 5*vg.Inch, path)
+}
+
+// sizeTicks puts a tick at every power of two in range, labelled as a size ("8B", "4KiB"),
+// every fourth one named when the range is wide.
+type sizeTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (sizeTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	first := math.Floor(math.Log2(math.Max(lo, 1)))
+	last := math.Ceil(math.Log2(math.Max(hi, 1)))
+	step := 1.0
+	if last-first > 12 {
+		step = 2
+	}
+	for e := first; e <= last; e++ {
+		v := math.Exp2(e)
+		t := plot.Tick{Value: v}
+		if math.Mod(e-first, step) == 0 {
+			t.Label = FormatSize(uint64(v))
+		}
+		ticks = append(ticks, t)
+	}
+	return ticks
 }

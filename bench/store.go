@@ -28,6 +28,8 @@ type StoreConfig struct {
 	Ranks []int
 	// Rounds is the number of timed barriers and allgathers per group size (default 20).
 	Rounds int
+	// Progress, if set, is told what is measured next (the CLI prints it to stderr).
+	Progress func(what string)
 }
 
 // StoreBackend is a named store. Fresh returns the URL of a store (or namespace) that no
@@ -90,6 +92,9 @@ func StoreRun(ctx context.Context, cfg StoreConfig, onResult func(StoreResult)) 
 	cfg.defaults()
 	for _, b := range cfg.Backends {
 		for _, n := range cfg.Clients {
+			if cfg.Progress != nil {
+				cfg.Progress(fmt.Sprintf("%s: set/get/add/cas with %d clients, %v each", b.Name, n, cfg.Duration))
+			}
 			for _, op := range []string{"set", "get", "add", "cas"} {
 				r, err := storeOps(ctx, b, op, n, cfg.Duration)
 				if err != nil {
@@ -99,6 +104,9 @@ func StoreRun(ctx context.Context, cfg StoreConfig, onResult func(StoreResult)) 
 			}
 		}
 		for _, n := range cfg.Ranks {
+			if cfg.Progress != nil {
+				cfg.Progress(fmt.Sprintf("%s: barrier and allgather with %d ranks, %d rounds", b.Name, n, cfg.Rounds))
+			}
 			rs, err := groupLatency(ctx, b, n, cfg.Rounds)
 			if err != nil {
 				return fmt.Errorf("%s collectives of %d ranks: %w", b.Name, n, err)

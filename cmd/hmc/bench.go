@@ -17,6 +17,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/hmc-go/hmc/bench"
 	"github.com/hmc-go/hmc/memory"
@@ -50,7 +51,7 @@ func (f *benchFlags) add(cmd *cobra.Command) {
 	fl.BoolVar(&f.verify, "verify", false, "checksum every transfer at the target (untimed)")
 	fl.BoolVar(&f.jsonOut, "json", false, "one JSON object per line instead of a table")
 	fl.StringVar(&f.plot, "plot", "", "write a bandwidth-vs-size PNG chart to this file")
-	fl.BoolVar(&f.quiet, "quiet", false, "no progress bar")
+	fl.BoolVar(&f.quiet, "quiet", false, "no progress bar (it is shown only when stderr is a terminal)")
 	fl.DurationVar(&f.busyPoll, "busy-poll", 0, "spin on socket reads this long before parking, on both sides: lower latency, one busy core per lane (default 0; 100us with --op lat and pingpong)")
 }
 
@@ -171,11 +172,12 @@ func serverCmd() *cobra.Command {
 		bind, tr, bufSize  string
 		dataPort, ctrlPort int
 		busyPoll           time.Duration
-		ucxAlloc           bool
+		ucxAlloc, keep     bool
+		child              bool // started by `hmc bench` itself: its parent reports, not it
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
-		Short: "Serve a buffer for `hmc bench client` (prints READY <data-addr> <ctrl-port> when listening)",
+		Short: "Serve a buffer for `hmc bench client` (prints READY <data-addr> <ctrl-port> when listening); one client, then exit, unless --keep-serving",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ct, err := transport.ParseConnType(tr)
 			if err != nil {
@@ -188,10 +190,22 @@ func serverCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
 			out := cmd.OutOrStdout()
-			return bench.Serve(ctx, bench.ServerConfig{BindIP: bind, DataPort: dataPort, CtrlPort: ctrlPort, BufferSize: size, Transport: ct, BusyPoll: busyPoll, UCXAlloc: ucxAlloc},
-				func(addr string, cp int) { fmt.Fprintf(out, "READY %s %d\n", addr, cp) })
+			for {
+				err := bench.Serve(ctx, bench.ServerConfig{BindIP: bind, DataPort: dataPort, CtrlPort: ctrlPort, BufferSize: size, Transport: ct, BusyPoll: busyPoll, UCXAlloc: ucxAlloc},
+					func(addr string, cp int) { fmt.Fprintf(out, "READY %s %d\n", addr, cp) })
+				if err != nil || !keep || ctx.Err() != nil {
+					if err == nil && ctx.Err() == nil && !child {
+						fmt.Fprintln(cmd.ErrOrStderr(), "hmc bench server: the client is done; exiting (--keep-serving serves the next one)")
+					}
+					return err
+				}
+				fmt.Fprintln(cmd.ErrOrStderr(), "hmc bench server: the client is done; serving the next (Ctrl-C stops)")
+			}
 		},
 	}
+	cmd.Flags().BoolVar(&child, "child", false, "started by `hmc bench` (no messages of its own)")
+	_ = cmd.Flags().MarkHidden("child")
+	cmd.Flags().BoolVar(&keep, "keep-serving", false, "serve clients one after another until interrupted (default: exit after the first)")
 	cmd.Flags().StringVar(&bind, "bind", "127.0.0.1", "address to listen on")
 	cmd.Flags().IntVar(&dataPort, "data-port", 2025, "data port (0: any)")
 	cmd.Flags().IntVar(&ctrlPort, "ctrl-port", 2028, "control port (0: any)")
@@ -216,7 +230,7 @@ func startServerChild(ctx context.Context, tr string, maxSize uint64, busyPoll t
 	}
 	bufSize := max(maxSize, 1<<20)
 	cmd := exec.CommandContext(ctx, exe, "bench", "server", "--bind", "127.0.0.1", "--data-port", "0", "--ctrl-port", "0",
-		"--transport", tr, "--buffer", strconv.FormatUint(bufSize, 10), "--busy-poll", busyPoll.String(), "--ucx-alloc="+strconv.FormatBool(ucxAlloc))
+		"--transport", tr, "--buffer", strconv.FormatUint(bufSize, 10), "--busy-poll", busyPoll.String(), "--ucx-alloc="+strconv.FormatBool(ucxAlloc), "--child")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -267,7 +281,8 @@ func (s *serverChild) stop() {
 
 func runClient(ctx context.Context, out io.Writer, cfg bench.Config, f *benchFlags) error {
 	var bar *progressbar.ProgressBar
-	if !f.quiet && !f.jsonOut {
+	// The bar redraws itself with \r: only on a terminal, never into a log file or a pipe.
+	if !f.quiet && !f.jsonOut && term.IsTerminal(int(os.Stderr.Fd())) {
 		cfg.Progress = func(size uint64, i, n int) {
 			if i == 1 {
 				if bar != nil {

@@ -90,7 +90,8 @@ func storeBenchCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
-			cfg := bench.StoreConfig{Duration: dur, Rounds: rounds}
+			cfg := bench.StoreConfig{Duration: dur, Rounds: rounds,
+				Progress: func(what string) { fmt.Fprintln(cmd.ErrOrStderr(), "store bench:", what) }}
 			var err error
 			if cfg.Clients, err = ints(clients); err != nil {
 				return err
@@ -102,6 +103,7 @@ func storeBenchCmd() *cobra.Command {
 				cfg.Backends = append(cfg.Backends, bench.EmbeddedBackend())
 			}
 			if startEtcd {
+				fmt.Fprintln(cmd.ErrOrStderr(), "store bench: starting a local etcd")
 				url, stopEtcd, err := runLocalEtcd(ctx)
 				if err != nil {
 					return err

@@ -206,7 +206,8 @@ func (s *Server) serve(c net.Conn) {
 		_ = writeResult(c, CodeOf(err))
 		return
 	}
-	defer s.dropLink(l)
+	var endErr error // why the link ended: io.EOF is a client that closed it
+	defer func() { s.dropLink(l, endErr) }()
 	if err := writeResult(c, CodeSuccess); err != nil {
 		return
 	}
@@ -220,6 +221,7 @@ func (s *Server) serve(c net.Conn) {
 	for {
 		h, body, err := readFrame(c, hdr)
 		if err != nil {
+			endErr = err
 			if errors.Is(err, ErrInvalidMessage) {
 				s.log.Warn("store: bad frame, dropping link", "remote", c.RemoteAddr(), "err", err)
 			}
@@ -264,8 +266,8 @@ func (s *Server) addLink(l *link, req connectReq) error {
 }
 
 // dropLink forgets a link: its parked Gets, its rank (reported to subscribers), and the whole
-// job state when it was the last.
-func (s *Server) dropLink(l *link) {
+// job state when it was the last. why is how the link ended (io.EOF: the client closed it).
+func (s *Server) dropLink(l *link, why error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.links, l)
@@ -274,7 +276,13 @@ func (s *Server) dropLink(l *link) {
 	}
 	if l.rank != NoRank {
 		delete(s.rankLink, l.rank)
-		s.log.Info("store: rank down", "rank", l.rank)
+		// Subscribers get the same rank-down event either way (upstream's semantics); the log
+		// says which it was.
+		if errors.Is(why, io.EOF) {
+			s.log.Info("store: rank left (its client closed the link)", "rank", l.rank)
+		} else {
+			s.log.Warn("store: rank down (link lost)", "rank", l.rank, "err", why)
+		}
 		var v [4]byte
 		binary.LittleEndian.PutUint32(v[:], uint32(l.rank))
 		for o := range s.links {
