@@ -47,11 +47,15 @@ func dialTCP(ctx context.Context, addr string, cfg Config) (*tcpClient, error) {
 	var d net.Dialer
 	var conn net.Conn
 	start := time.Now()
+	var last error // the last refusal, not the deadline cutting the last attempt short
 	for tries := 0; ; tries++ {
 		var err error
 		conn, err = d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			break
+		}
+		if ctx.Err() == nil || last == nil {
+			last = err
 		}
 		if tries == 0 { // say so at once; the store may simply not be up yet
 			cfg.Logger.Warn("no store yet, retrying every 100 ms", "url", "tcp://"+addr, "err", err, "until", cfg.DialTimeout)
@@ -60,7 +64,7 @@ func dialTCP(ctx context.Context, addr string, cfg Config) (*tcpClient, error) {
 		case <-ctx.Done():
 			// Name the last refusal, not only the deadline: "connection refused" says nobody listens.
 			return nil, fmt.Errorf("%w: no store at tcp://%s after %v: %w (%w)", ErrIO, addr,
-				time.Since(start).Round(time.Millisecond), err, ctxErr(ctx.Err()))
+				time.Since(start).Round(time.Millisecond), last, ctxErr(ctx.Err()))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/coord/store/storetest"
@@ -39,14 +42,23 @@ func TestEmbedded(t *testing.T) { storetest.Run(t, embedded) }
 
 // Opening a store where nothing listens says so, naming the address and the refusal.
 func TestOpenNoStoreSaysWhy(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// A port bound but not listening refuses connections, and nobody else can take it meanwhile
+	// (a closed ephemeral port can be reused by another test's listener at once).
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*unix.SockaddrInet4).Port))
 	start := time.Now()
-	_, err = store.Open(context.Background(), "tcp://"+addr, store.Config{DialTimeout: 300 * time.Millisecond})
+	_, err = store.Open(context.Background(), "tcp://"+addr, store.Config{DialTimeout: 3 * time.Second})
 	if err == nil {
 		t.Fatal("opened a store where nothing listens")
 	}
