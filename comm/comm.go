@@ -43,6 +43,11 @@ type Config struct {
 	Ctrl ctrl.Config
 	// Stream configures SendDataTo/RecvDataFrom.
 	Stream StreamConfig
+	// Transports are the transports to use; nil builds DefaultRegistry from TCP, SHM and UCX.
+	Transports *Registry
+	// Regions is the table of registered regions the servers serve besides the ConnBuffer;
+	// nil: a new, empty one (Communicator.Regions).
+	Regions *buffer.Table
 	// OnRemoteWrite, if set, is called after a peer's put of n bytes at off has landed in this
 	// Communicator's buffer, from the transport goroutine that served it; it must not block.
 	// Transports where the target takes no part in a put (SHM) do not call it.
@@ -86,6 +91,7 @@ type Communicator struct {
 	ctrl    *ctrl.Manager
 	trans   map[transport.ConnType]transport.Transport
 	missing map[transport.ConnType]error // why UCX / RDMA are not in trans
+	regions *buffer.Table // served to peers beside buf
 	// progressers are the transports of trans that need progress from a poller (Progress).
 	progressers []transport.Progresser
 	log         *slog.Logger
@@ -150,35 +156,20 @@ func New(buf *buffer.ConnBuffer, cfg Config) (*Communicator, error) {
 	if cfg.SHM.Logger == nil {
 		cfg.SHM.Logger = cfg.Logger
 	}
-	t, err := tcp.New(cfg.TCP)
-	if err != nil {
-		return nil, err
-	}
-	sh, err := shm.New(cfg.SHM)
-	if err != nil {
-		return nil, err
-	}
 	m, err := ctrl.New(cfg.Ctrl)
 	if err != nil {
 		return nil, err
 	}
-	trans := map[transport.ConnType]transport.Transport{transport.TCP: t, transport.SHM: sh}
-	missing := map[transport.ConnType]error{}
-	// UCX and RDMA (UCX restricted to rc/ud/dc) exist in -tags ucx builds; RDMA also needs a
-	// device. Their resources are taken on first use, not here.
-	if u, err := ucx.New(cfg.UCX); err == nil {
-		trans[transport.UCX] = u
-	} else {
-		missing[transport.UCX] = err
-	}
-	if ucx.Built {
-		if r, err := ucx.NewRDMA(cfg.UCX); err == nil {
-			trans[transport.RDMA] = r
-		} else {
-			missing[transport.RDMA] = err
+	reg := cfg.Transports
+	if reg == nil {
+		if reg, err = DefaultRegistry(cfg); err != nil {
+			return nil, err
 		}
-	} else {
-		missing[transport.RDMA] = fmt.Errorf("%w: RDMA goes through UCX, which this binary was built without (go build -tags ucx)", status.ErrUnsupported)
+	}
+	trans, missing := reg.snapshot()
+	regions := cfg.Regions
+	if regions == nil {
+		regions = buffer.NewTable()
 	}
 	var progressers []transport.Progresser
 	for _, t := range trans {
@@ -197,8 +188,13 @@ func New(buf *buffer.ConnBuffer, cfg Config) (*Communicator, error) {
 		servers:     make(map[transport.ConnType]transport.Server),
 		eps:         make(map[peerKey]*peerEP),
 		accepted:    make(map[peerKey]accepted),
+		regions:     regions,
 	}, nil
 }
+
+// Regions returns the Communicator's region table: its servers serve every region registered
+// there to peers (transport.RMA), beside the ConnBuffer.
+func (c *Communicator) Regions() *buffer.Table { return c.regions }
 
 // Buffer returns the Communicator's ConnBuffer.
 func (c *Communicator) Buffer() *buffer.ConnBuffer { return c.buf }
@@ -211,13 +207,28 @@ func (c *Communicator) Ctrl() *ctrl.Manager { return c.ctrl }
 // (RDMA also needs an RDMA device); otherwise they are ErrUnsupported with the reason. The
 // slice is shared: callers only read it (it is on every operation's path).
 func (c *Communicator) kinds(ct transport.ConnType) ([]transport.ConnType, error) {
+	has := func(k transport.ConnType) error {
+		if _, ok := c.trans[k]; ok {
+			return nil
+		}
+		if err := c.missing[k]; err != nil {
+			return fmt.Errorf("comm: connection type %v: %w", k, err)
+		}
+		return fmt.Errorf("comm: connection type %v: no such transport registered: %w", k, status.ErrUnsupported)
+	}
 	switch ct {
 	case transport.AUTO:
-		return kindsAuto, nil
+		switch {
+		case has(transport.SHM) == nil && has(transport.TCP) == nil:
+			return kindsAuto, nil
+		case has(transport.TCP) == nil:
+			return kindsTCP, nil
+		}
+		return nil, has(transport.TCP)
 	case transport.TCP:
-		return kindsTCP, nil
+		return kindsTCP, has(transport.TCP)
 	case transport.SHM:
-		return kindsSHM, nil
+		return kindsSHM, has(transport.SHM)
 	case transport.RDMA, transport.UCX:
 		if err := c.missing[ct]; err != nil {
 			return nil, fmt.Errorf("comm: connection type %v: %w", ct, err)
@@ -299,6 +310,7 @@ func (c *Communicator) listenLocked(k transport.ConnType, addr string) error {
 	srv, err := c.trans[k].Listen(transport.ServerConfig{
 		BindAddr: addr,
 		Region:   c.buf,
+		Regions:  c.regions,
 		OnAccept: func(p transport.PeerInfo) { c.onAccept(k, p) },
 		OnWrite:  c.cfg.OnRemoteWrite,
 	})

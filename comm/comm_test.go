@@ -3,6 +3,7 @@ package comm
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"sync"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
+	"github.com/hmc-go/hmc/transport/tcp"
 	"github.com/hmc-go/hmc/transport/shm"
 	"github.com/hmc-go/hmc/transport/transporttest"
 	"github.com/hmc-go/hmc/transport/ucx"
@@ -672,5 +674,80 @@ func testPutFromGetTo(t *testing.T, ct transport.ConnType) {
 	}
 	if err := s.c.PutFrom(s.ctx, "127.0.0.1", p, make([]byte, 8), parentBufSize, s.ct); !errors.Is(err, status.ErrOutOfRange) {
 		t.Fatalf("put from past the peer's buffer: %v", err)
+	}
+}
+
+// Peer handles: by name and by rank they reach the same process; Put/Get, RMA writes, atomics
+// and control messages go through them, checked byte for byte by the child.
+func TestPeerHandles(t *testing.T) { forEachTransportAndUCX(t, testPeerHandles) }
+
+func testPeerHandles(t *testing.T, ct transport.ConnType) {
+	s := connect(t, ctrl.TCP, ct)
+	p := s.c.Peer("127.0.0.1", s.peerPort(), s.ct)
+	byRank, err := s.c.PeerByRank(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := p.Rank(); err != nil || r != 0 {
+		t.Fatalf("rank by name: %d %v", r, err)
+	}
+	const n = 1<<20 + 7
+	s.fillLocal(0, n, 31)
+	if err := p.Put(s.ctx, 0, 4096, n); err != nil {
+		t.Fatal(err)
+	}
+	if !s.ask(cmdCheck, request{Off: 4096, Len: n, Seed: 31}) {
+		t.Fatal("Peer.Put: child's region differs")
+	}
+	src := make([]byte, n)
+	transporttest.Fill(src, 32)
+	if err := byRank.Write(s.ctx, src, transport.Remote{Key: transport.DefaultRegion, Addr: 8 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if !s.ask(cmdCheck, request{Off: 8 << 20, Len: n, Seed: 32}) {
+		t.Fatal("Peer.Write by rank: child's region differs")
+	}
+	word := transport.Remote{Key: transport.DefaultRegion, Addr: 16 << 20}
+	for i := range 10 {
+		if old, err := p.Atomic(s.ctx, buffer.AtomicFetchAdd, word, 3, 0); err != nil || old != uint64(3*i) {
+			t.Fatalf("fetch-add %d: old %d, %v", i, old, err)
+		}
+	}
+	got := make([]byte, 8)
+	if err := p.Read(s.ctx, got, word); err != nil || binary.LittleEndian.Uint64(got) != 30 {
+		t.Fatalf("read back the word: % x %v", got, err)
+	}
+	if _, err := s.c.PeerByRank(7); !errors.Is(err, status.ErrNotFound) {
+		t.Fatalf("unknown rank: %v", err)
+	}
+}
+
+// A Communicator uses the transports its registry holds: with TCP alone, AUTO takes TCP and
+// SHM says why it cannot.
+func TestRegistryInjectsTransports(t *testing.T) {
+	buf, err := buffer.New(0, 1<<20, memory.CPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Close()
+	tr, err := tcp.New(tcp.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := NewRegistry()
+	reg.Add(tr)
+	c, err := New(buf, Config{Transports: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.InitServer("127.0.0.1", 0, -1, "", transport.AUTO); err != nil {
+		t.Fatal(err)
+	}
+	if c.DataAddr(transport.SHM) != "" {
+		t.Fatal("a shared-memory server without a shared-memory transport")
+	}
+	if err := c.InitServer("127.0.0.1", 0, -1, "", transport.SHM); !errors.Is(err, status.ErrUnsupported) {
+		t.Fatalf("SHM without it registered: %v", err)
 	}
 }

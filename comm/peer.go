@@ -1,0 +1,173 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+// Peer is a handle on one remote process: its data address with the transport asked for
+// (Communicator.Peer), and its rank on the control plane once known (PeerByRank, or learned
+// from the connection). Operations take the Peer instead of (ip, port, conntype); the endpoint
+// per transport is found, or dialled back to a peer that connected to us, on first use. A Peer
+// is a small value-like handle: copying it is fine, and it owns nothing that needs closing
+// (Disconnect closes the connection it names).
+type Peer struct {
+	c    *Communicator
+	ip   string
+	port int
+	ct   transport.ConnType
+}
+
+// Peer returns the handle of the process serving data at ip:port, reached over ct (AUTO: shared
+// memory on this host, else TCP). Nothing is dialled until an operation needs it.
+func (c *Communicator) Peer(ip string, port int, ct transport.ConnType) *Peer {
+	return &Peer{c: c, ip: ip, port: port, ct: ct}
+}
+
+// PeerByRank returns the handle of the process with control rank rank: one this Communicator
+// connected to (ConnectTo) or that connected to it. ErrNotFound if neither.
+func (c *Communicator) PeerByRank(rank uint32) (*Peer, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, pe := range c.eps {
+		if pe.rank == rank {
+			ct := k.conn
+			if ct == transport.SHM {
+				ct = transport.AUTO // shared memory was AUTO's pick (or asked for; AUTO finds it again)
+			}
+			return &Peer{c: c, ip: k.ip, port: k.port, ct: ct}, nil
+		}
+	}
+	for k, a := range c.accepted {
+		if a.rank == rank && a.listenPort != 0 {
+			return &Peer{c: c, ip: a.ip, port: a.listenPort, ct: k.conn}, nil
+		}
+	}
+	return nil, fmt.Errorf("comm: no peer with rank %d: %w", rank, status.ErrNotFound)
+}
+
+// String names the peer ("10.0.0.2:2025/auto").
+func (p *Peer) String() string { return fmt.Sprintf("%s:%d/%v", p.ip, p.port, p.ct) }
+
+// Rank returns the peer's control rank, from its connection (ErrNotFound before one exists).
+func (p *Peer) Rank() (uint32, error) { return p.c.PeerRank(p.ip, p.port, p.ct) }
+
+// Route returns the transport that carries transfers to the peer (for AUTO, the one chosen).
+func (p *Peer) Route() (transport.ConnType, error) { return p.c.Route(p.ip, p.port, p.ct) }
+
+// Put copies local[localOff, +n) of the ConnBuffer to the peer's buffer at remoteOff; it
+// returns when the bytes are visible there.
+func (p *Peer) Put(ctx context.Context, localOff, remoteOff, n uint64) error {
+	return p.c.Put(ctx, p.ip, p.port, localOff, remoteOff, n, p.ct)
+}
+
+// Get copies the peer's buffer [remoteOff, +n) into local[localOff, +n).
+func (p *Peer) Get(ctx context.Context, localOff, remoteOff, n uint64) error {
+	return p.c.Get(ctx, p.ip, p.port, localOff, remoteOff, n, p.ct)
+}
+
+// PutNB starts a Put and returns its id for Communicator.Wait.
+func (p *Peer) PutNB(ctx context.Context, localOff, remoteOff, n uint64) (uint64, error) {
+	return p.c.PutNB(ctx, p.ip, p.port, localOff, remoteOff, n, p.ct)
+}
+
+// GetNB starts a Get and returns its id for Communicator.Wait.
+func (p *Peer) GetNB(ctx context.Context, localOff, remoteOff, n uint64) (uint64, error) {
+	return p.c.GetNB(ctx, p.ip, p.port, localOff, remoteOff, n, p.ct)
+}
+
+// PutFrom puts src (any host memory of the caller's) to the peer's buffer at remoteOff.
+func (p *Peer) PutFrom(ctx context.Context, src []byte, remoteOff uint64) error {
+	return p.c.PutFrom(ctx, p.ip, p.port, src, remoteOff, p.ct)
+}
+
+// GetTo gets len(dst) bytes of the peer's buffer at remoteOff into dst.
+func (p *Peer) GetTo(ctx context.Context, dst []byte, remoteOff uint64) error {
+	return p.c.GetTo(ctx, p.ip, p.port, dst, remoteOff, p.ct)
+}
+
+// rma returns the peer's endpoint as a transport.RMA.
+func (p *Peer) rma(ctx context.Context) (transport.RMA, error) {
+	ep, err := p.c.endpoint(ctx, p.ip, p.port, p.ct)
+	if err != nil {
+		return nil, err
+	}
+	r, ok := ep.(transport.RMA)
+	if !ok {
+		return nil, fmt.Errorf("comm: peer %v: its transport reaches only the buffer: %w", p, status.ErrUnsupported)
+	}
+	return r, nil
+}
+
+// Write copies src to the peer's registered memory at dst (a region key and offset, or an
+// address in the peer; transport.DefaultRegion names its ConnBuffer) and returns when the bytes
+// are visible there.
+func (p *Peer) Write(ctx context.Context, src []byte, dst transport.Remote) error {
+	r, err := p.rma(ctx)
+	if err != nil {
+		return err
+	}
+	op, err := r.WriteAsync(ctx, src, dst)
+	if err == nil {
+		err = op.Wait(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("comm: write %d bytes to %v at %+v: %w", len(src), p, dst, err)
+	}
+	return nil
+}
+
+// Read copies len(dst) bytes of the peer's registered memory at src into dst.
+func (p *Peer) Read(ctx context.Context, dst []byte, src transport.Remote) error {
+	r, err := p.rma(ctx)
+	if err != nil {
+		return err
+	}
+	op, err := r.ReadAsync(ctx, dst, src)
+	if err == nil {
+		err = op.Wait(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("comm: read %d bytes from %v at %+v: %w", len(dst), p, src, err)
+	}
+	return nil
+}
+
+// Atomic runs op on the aligned 64-bit word of the peer's registered memory at dst and returns
+// the word's previous value.
+func (p *Peer) Atomic(ctx context.Context, op buffer.AtomicOp, dst transport.Remote, operand, compare uint64) (uint64, error) {
+	r, err := p.rma(ctx)
+	if err != nil {
+		return 0, err
+	}
+	old, err := r.Atomic(ctx, op, dst, operand, compare)
+	if err != nil {
+		return 0, fmt.Errorf("comm: %v on %v at %+v: %w", op, p, dst, err)
+	}
+	return old, nil
+}
+
+// CtrlSend sends tag to the peer on the control plane (its rank, from the connection).
+func (p *Peer) CtrlSend(ctx context.Context, tag uint64) error {
+	r, err := p.Rank()
+	if err != nil {
+		return err
+	}
+	return p.c.CtrlSend(ctx, r, tag)
+}
+
+// CtrlRecv receives the next tag the peer sent.
+func (p *Peer) CtrlRecv(ctx context.Context) (uint64, error) {
+	r, err := p.Rank()
+	if err != nil {
+		return 0, err
+	}
+	return p.c.CtrlRecv(ctx, r)
+}
+
+// Disconnect closes the data connection to the peer (the next operation dials again).
+func (p *Peer) Disconnect() error { return p.c.Disconnect(p.ip, p.port, p.ct) }
