@@ -91,7 +91,7 @@ type Communicator struct {
 	ctrl    *ctrl.Manager
 	trans   map[transport.ConnType]transport.Transport
 	missing map[transport.ConnType]error // why UCX / RDMA are not in trans
-	regions *buffer.Table // served to peers beside buf
+	regions *buffer.Table                // served to peers beside buf
 	// progressers are the transports of trans that need progress from a poller (Progress).
 	progressers []transport.Progresser
 	log         *slog.Logger

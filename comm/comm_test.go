@@ -15,8 +15,8 @@ import (
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
-	"github.com/hmc-go/hmc/transport/tcp"
 	"github.com/hmc-go/hmc/transport/shm"
+	"github.com/hmc-go/hmc/transport/tcp"
 	"github.com/hmc-go/hmc/transport/transporttest"
 	"github.com/hmc-go/hmc/transport/ucx"
 )
