@@ -119,20 +119,12 @@ func TestSessionInitServerAndConnectConcurrently(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	srv, err := NewSession(0, 1<<20, CPU, 1, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := newSession(t, "")
 	if err := srv.InitServer("127.0.0.1", 0, 0, 0, dir, TCP); err != nil {
 		t.Fatal(err)
 	}
-	dataPort := port(t, srv.Comm().DataAddr(TCP))
-	cli, err := NewSession(0, 1<<20, CPU, 1, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	dataPort := srv.DataPort()
+	cli := newSession(t, "")
 	errs := make(chan error, 2)
 	go func() { errs <- cli.InitServer("127.0.0.1", 0, 0, 1, dir, TCP) }()
 	go func() {
@@ -149,4 +141,15 @@ func TestSessionInitServerAndConnectConcurrently(t *testing.T) {
 	if err := cli.PutRemote(ctx, "127.0.0.1", dataPort, 0, 0, 1, TCP); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// newSession makes a 1 MiB CPU Session closed by t.Cleanup.
+func newSession(t *testing.T, localIP string) *Session {
+	t.Helper()
+	s, err := NewSession(0, 1<<20, CPU, 1, localIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -33,10 +31,9 @@ type peerRegion struct {
 // carries its region requests on the link.
 type peerRegions struct {
 	mu     sync.Mutex
-	byKey  map[buffer.Key]*peerRegion // guarded by mu
-	sorted []*peerRegion              // by address, disjoint; guarded by mu
-	ctl    []byte                     // the target's control page, mapped; guarded by mu
-	closed bool                       // guarded by mu
+	index  transport.RegionIndex[*peerRegion] // guarded by mu
+	ctl    []byte                             // the target's control page, mapped; guarded by mu
+	closed bool                               // guarded by mu
 
 	reqMu   sync.Mutex     // one request on the link at a time
 	ids     atomic.Uint64  // request ids
@@ -54,7 +51,6 @@ type linkReply struct {
 }
 
 func (p *peerRegions) init() {
-	p.byKey = make(map[buffer.Key]*peerRegion)
 	p.replies = make(chan linkReply, 1)
 	p.down = make(chan struct{})
 	p.quit = make(chan struct{})
@@ -141,19 +137,7 @@ func (p *peerRegions) request(ctx context.Context, c *net.UnixConn, q linkReq) (
 func (p *peerRegions) lookup(dst transport.Remote, n uint64) (*peerRegion, uint64, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var r *peerRegion
-	off := dst.Addr
-	if dst.Key != 0 {
-		r = p.byKey[dst.Key]
-	} else if i := sort.Search(len(p.sorted), func(i int) bool { return p.sorted[i].addr > dst.Addr }); i > 0 {
-		if c := p.sorted[i-1]; dst.Addr < c.addr+c.size {
-			r, off = c, dst.Addr-c.addr
-		}
-	}
-	if r == nil || buffer.CheckRange(r.size, off, n) != nil {
-		return nil, 0, false
-	}
-	return r, off, true
+	return p.index.Lookup(dst, n)
 }
 
 // add caches a region the target described (mapping its memfd if one came), unless already.
@@ -193,7 +177,7 @@ func (p *peerRegions) add(resp linkResp, fds []int) (*peerRegion, error) {
 		return nil, fmt.Errorf("shm: region answer before the control page: %w", status.ErrProtocol)
 	}
 	key := buffer.Key(resp.key)
-	if r := p.byKey[key]; r != nil {
+	if r, ok := p.index.Get(key); ok {
 		return r, nil // another requester cached it meanwhile
 	}
 	r := &peerRegion{key: key, addr: resp.addr, size: resp.size, slot: word(p.ctl, resp.slot)}
@@ -204,24 +188,18 @@ func (p *peerRegions) add(resp linkResp, fds []int) (*peerRegion, error) {
 		}
 		r.mem, r.whole = m.region, m.mapping
 	}
-	i := sort.Search(len(p.sorted), func(i int) bool { return p.sorted[i].addr > r.addr })
-	if (i > 0 && p.sorted[i-1].addr+p.sorted[i-1].size > r.addr) || (i < len(p.sorted) && p.sorted[i].addr < r.addr+r.size) {
+	if err := p.index.Add(key, r.addr, r.size, r); err != nil {
 		r.unmap()
-		return nil, fmt.Errorf("shm: target's region %d overlaps one it described before: %w", key, status.ErrProtocol)
+		return nil, fmt.Errorf("shm: %w", err)
 	}
-	p.byKey[key] = r
-	p.sorted = slices.Insert(p.sorted, i, r)
 	return r, nil
 }
 
 // drop forgets a region the target deregistered and unmaps it once no copy uses it.
 func (p *peerRegions) drop(r *peerRegion) {
 	p.mu.Lock()
-	if p.byKey[r.key] == r {
-		delete(p.byKey, r.key)
-		if i := slices.Index(p.sorted, r); i >= 0 {
-			p.sorted = slices.Delete(p.sorted, i, i+1)
-		}
+	if cur, ok := p.index.Get(r.key); ok && cur == r {
+		p.index.Remove(r.key)
 	}
 	p.mu.Unlock()
 	r.local.Lock()
@@ -240,8 +218,8 @@ func (r *peerRegion) unmap() {
 // link reader is gone.
 func (p *peerRegions) close() {
 	p.mu.Lock()
-	regs := p.sorted
-	p.byKey, p.sorted, p.closed = map[buffer.Key]*peerRegion{}, nil, true
+	regs := p.index.Reset()
+	p.closed = true
 	ctl := p.ctl
 	p.ctl = nil
 	p.mu.Unlock()

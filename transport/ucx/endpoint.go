@@ -156,7 +156,7 @@ func (t *Transport) setup(ctx context.Context, w *worker, conn net.Conn, cfg tra
 	_ = conn.SetDeadline(time.Time{})
 	e := &endpoint{t: t, w: w, region: cfg.Local, local: local, remoteAddr: wel.regionAddr, remoteSize: wel.regionSize, link: conn,
 		linkDone: make(chan struct{}), version: wel.version, quit: make(chan struct{}),
-		peer: peerRegions{byKey: make(map[buffer.Key]*peerRegion), replies: make(chan resolved, 1)}}
+		peer: peerRegions{replies: make(chan resolved, 1)}}
 	if local == nil {
 		if err := e.makeRing(); err != nil {
 			return nil, err
@@ -213,14 +213,8 @@ func (e *endpoint) watchLink() {
 func (e *endpoint) RemoteSize() uint64 { return e.remoteSize }
 
 func (e *endpoint) check(localOff, remoteOff, n uint64) error {
-	if e.closed.Load() {
-		return fmt.Errorf("ucx: endpoint: %w", status.ErrClosed)
-	}
-	if p := e.dead.Load(); p != nil {
-		return *p
-	}
-	if *(*int32)(unsafe.Pointer(e.errflag)) != 0 {
-		return ucsErr("endpoint", C.ucs_status_t(*e.errflag))
+	if err := e.usable(); err != nil {
+		return err
 	}
 	return transport.CheckRanges(e.region.Size(), e.remoteSize, localOff, remoteOff, n)
 }

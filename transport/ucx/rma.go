@@ -11,8 +11,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
-	"sort"
 	"sync"
 	"time"
 	"unsafe"
@@ -34,9 +32,8 @@ type peerRegion struct {
 
 // peerRegions is an endpoint's cache of resolved regions and its requests on the link.
 type peerRegions struct {
-	mu     sync.Mutex
-	byKey  map[buffer.Key]*peerRegion // guarded by mu
-	sorted []*peerRegion              // by address; guarded by mu
+	mu    sync.Mutex
+	index transport.RegionIndex[*peerRegion] // guarded by mu
 
 	reqMu   sync.Mutex // one RESOLVE on the link at a time
 	wmu     sync.Mutex // one message written at a time (RESOLVE, REVOKED)
@@ -99,14 +96,10 @@ func (e *endpoint) cache(m linkMsg, packed []byte) (*peerRegion, error) {
 	p := &e.peer
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if r := p.byKey[buffer.Key(m.key)]; r != nil {
+	if r, ok := p.index.Get(buffer.Key(m.key)); ok {
 		return r, nil
 	}
 	r := &peerRegion{key: buffer.Key(m.key), addr: m.a, size: m.b}
-	i := sort.Search(len(p.sorted), func(i int) bool { return p.sorted[i].addr > r.addr })
-	if (i > 0 && p.sorted[i-1].addr+p.sorted[i-1].size > r.addr) || (i < len(p.sorted) && p.sorted[i].addr < r.addr+r.size) {
-		return nil, fmt.Errorf("ucx: target's region %d overlaps one it described before: %w", r.key, status.ErrProtocol)
-	}
 	var st C.ucs_status_t
 	e.w.call(func() {
 		rk := C.CBytes(packed)
@@ -116,8 +109,10 @@ func (e *endpoint) cache(m linkMsg, packed []byte) (*peerRegion, error) {
 	if st != C.UCS_OK {
 		return nil, ucsErr("rkey unpack", st)
 	}
-	p.byKey[r.key] = r
-	p.sorted = slices.Insert(p.sorted, i, r)
+	if err := p.index.Add(r.key, r.addr, r.size, r); err != nil {
+		e.w.call(func() { C.ucp_rkey_destroy(r.rkey) })
+		return nil, fmt.Errorf("ucx: %w", err)
+	}
 	return r, nil
 }
 
@@ -127,15 +122,9 @@ func (e *endpoint) cache(m linkMsg, packed []byte) (*peerRegion, error) {
 func (e *endpoint) revoked(k buffer.Key) error {
 	p := &e.peer
 	p.mu.Lock()
-	r := p.byKey[k]
-	if r != nil {
-		delete(p.byKey, k)
-		if i := slices.Index(p.sorted, r); i >= 0 {
-			p.sorted = slices.Delete(p.sorted, i, i+1)
-		}
-	}
+	r, ok := p.index.Remove(k)
 	p.mu.Unlock()
-	if r != nil {
+	if ok {
 		w := e.w
 		flushed := false
 		for deadline := time.Now().Add(e.t.closeTimeout()); ; {
@@ -220,19 +209,7 @@ func (e *endpoint) resolve(ctx context.Context, dst transport.Remote, n uint64) 
 func (p *peerRegions) lookup(dst transport.Remote, n uint64) (*peerRegion, uint64, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var r *peerRegion
-	off := dst.Addr
-	if dst.Key != 0 {
-		r = p.byKey[dst.Key]
-	} else if i := sort.Search(len(p.sorted), func(i int) bool { return p.sorted[i].addr > dst.Addr }); i > 0 {
-		if c := p.sorted[i-1]; dst.Addr < c.addr+c.size {
-			r, off = c, dst.Addr-c.addr
-		}
-	}
-	if r == nil || buffer.CheckRange(r.size, off, n) != nil {
-		return nil, 0, false
-	}
-	return r, off, true
+	return p.index.Lookup(dst, n)
 }
 
 // destroyAll destroys the cached regions' rkeys (Close, after the endpoint drained). Caller
@@ -240,10 +217,9 @@ func (p *peerRegions) lookup(dst transport.Remote, n uint64) (*peerRegion, uint6
 func (p *peerRegions) destroyAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, r := range p.sorted {
+	for _, r := range p.index.Reset() {
 		C.ucp_rkey_destroy(r.rkey)
 	}
-	p.byKey, p.sorted = map[buffer.Key]*peerRegion{}, nil
 }
 
 // targetOf returns where n bytes at remote are: the default region or a resolved one.
