@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Two builds of hmc, interleaved, 3 rounds, medians (GB/s; lat: p50 us): a change's before and
+# after in one run. Usage: bench/before-after.sh OLD_REV   (builds OLD_REV and the working tree)
+set -u
+old=${1:?usage: bench/before-after.sh OLD_REV}
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d); trap 'git worktree remove --force "$tmp/old" >/dev/null 2>&1; rm -rf "$tmp"' EXIT
+git worktree add -q "$tmp/old" "$old" && (cd "$tmp/old" && go build -o "$tmp/hmc-old" ./cmd/hmc) || exit 1
+go build -o "$tmp/hmc-new" ./cmd/hmc || exit 1
+declare -A v
+for r in 1 2 3; do
+  for b in old new; do
+    for c in "tcp 4MiB put" "shm 4MiB put" "shm 64KiB put" "tcp 8 lat"; do
+      set -- $c
+      out=$("$tmp/hmc-$b" bench --transport $1 --sizes $2 --op $3 --duration 3s --json --quiet 2>/dev/null | tail -1)
+      if [ "$3" = lat ]; then val=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["p50_us"])'); else val=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["gbps"])'); fi
+      v["$b|$c"]+="$val "
+    done
+  done
+done
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+printf "%-16s %-22s %-22s %s\n" case old new new/old
+for c in "tcp 4MiB put" "shm 4MiB put" "shm 64KiB put" "tcp 8 lat"; do
+  o=$(echo ${v["old|$c"]} | median); n=$(echo ${v["new|$c"]} | median)
+  printf "%-16s %-22s %-22s %.2f\n" "$c" "$o (${v["old|$c"]% })" "$n (${v["new|$c"]% })" "$(python3 -c "print($n/$o)")"
+done
