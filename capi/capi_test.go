@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// TestCLibraryTwoProcesses builds libhmc.so, compiles the C example against hmc.h with cc, and
+// TestCLibraryTwoProcesses builds libhmc.so, compiles the C example against include/hmc.h with cc, and
 // runs it as two processes that exchange data and check every byte and error code.
 func TestCLibraryTwoProcesses(t *testing.T) {
 	cc, err := exec.LookPath("cc")
@@ -29,7 +29,7 @@ func TestCLibraryTwoProcesses(t *testing.T) {
 	}
 	bin := filepath.Join(dir, "pingpong")
 	compile := exec.CommandContext(ctx, cc, "-O1", "-Wall", "-Wextra", "-Werror", "-o", bin, "examples/pingpong.c",
-		"-I", ".", "-L", dir, "-lhmc", "-Wl,-rpath,"+dir)
+		"-I", "include", "-L", dir, "-lhmc", "-Wl,-rpath,"+dir)
 	if out, err := compile.CombinedOutput(); err != nil {
 		t.Fatalf("cc: %v\n%s", err, out)
 	}

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package main
+package storeapi
 
 /*
 #include <stdint.h>
@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/hmc-go/hmc/capi/internal/cabi"
 	"github.com/hmc-go/hmc/coord/group"
 	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/status"
@@ -91,7 +92,7 @@ func hmc_store_open_secure(url *C.char, rank, world, timeoutMS C.int, serve C.in
 		if err != nil {
 			return err
 		}
-		*out = C.uint64_t(table.add(h))
+		*out = C.uint64_t(cabi.Add(h))
 		return nil
 	})
 }
@@ -99,7 +100,7 @@ func hmc_store_open_secure(url *C.char, rank, world, timeoutMS C.int, serve C.in
 //export hmc_store_rank
 func hmc_store_rank(s C.uint64_t, rank *C.int, serving *C.int) C.int {
 	return call(func() error {
-		h, err := get[*storeHandle](uint64(s))
+		h, err := cabi.Get[*storeHandle](uint64(s))
 		if err != nil {
 			return err
 		}
@@ -119,7 +120,7 @@ func hmc_store_rank(s C.uint64_t, rank *C.int, serving *C.int) C.int {
 //export hmc_store_set
 func hmc_store_set(s C.uint64_t, key *C.char, val unsafe.Pointer, n C.uint64_t, timeoutMS C.int) C.int {
 	return call(func() error {
-		h, err := get[*storeHandle](uint64(s))
+		h, err := cabi.Get[*storeHandle](uint64(s))
 		if err != nil {
 			return err
 		}
@@ -140,7 +141,7 @@ func hmc_store_set(s C.uint64_t, key *C.char, val unsafe.Pointer, n C.uint64_t, 
 //export hmc_store_get
 func hmc_store_get(s C.uint64_t, key *C.char, waitMS C.int, buf unsafe.Pointer, capacity C.uint64_t, length *C.uint64_t, timeoutMS C.int) C.int {
 	return call(func() error {
-		h, err := get[*storeHandle](uint64(s))
+		h, err := cabi.Get[*storeHandle](uint64(s))
 		if err != nil {
 			return err
 		}
@@ -164,7 +165,7 @@ func hmc_store_get(s C.uint64_t, key *C.char, waitMS C.int, buf unsafe.Pointer, 
 //export hmc_store_add
 func hmc_store_add(s C.uint64_t, key *C.char, delta C.int64_t, out *C.int64_t, timeoutMS C.int) C.int {
 	return call(func() error {
-		h, err := get[*storeHandle](uint64(s))
+		h, err := cabi.Get[*storeHandle](uint64(s))
 		if err != nil {
 			return err
 		}
@@ -196,11 +197,11 @@ func deliver(what string, b []byte, buf unsafe.Pointer, capacity C.uint64_t, len
 //export hmc_store_close
 func hmc_store_close(s C.uint64_t) C.int {
 	return call(func() error {
-		h, err := get[*storeHandle](uint64(s))
+		h, err := cabi.Get[*storeHandle](uint64(s))
 		if err != nil {
 			return err
 		}
-		table.remove(uint64(s))
+		cabi.Remove(uint64(s))
 		err = h.c.Close()
 		if h.srv != nil {
 			if e := h.srv.Close(); err == nil {
@@ -214,7 +215,7 @@ func hmc_store_close(s C.uint64_t) C.int {
 //export hmc_store_group_open
 func hmc_store_group_open(s C.uint64_t, name *C.char, size, timeoutMS C.int, out *C.uint64_t) C.int {
 	return call(func() error {
-		h, err := get[*storeHandle](uint64(s))
+		h, err := cabi.Get[*storeHandle](uint64(s))
 		if err != nil {
 			return err
 		}
@@ -227,7 +228,7 @@ func hmc_store_group_open(s C.uint64_t, name *C.char, size, timeoutMS C.int, out
 		if err != nil {
 			return err
 		}
-		*out = C.uint64_t(table.add(g))
+		*out = C.uint64_t(cabi.Add(g))
 		return nil
 	})
 }
@@ -235,7 +236,7 @@ func hmc_store_group_open(s C.uint64_t, name *C.char, size, timeoutMS C.int, out
 //export hmc_store_group_barrier
 func hmc_store_group_barrier(g C.uint64_t, timeoutMS C.int) C.int {
 	return call(func() error {
-		grp, err := get[*group.Group](uint64(g))
+		grp, err := cabi.Get[*group.Group](uint64(g))
 		if err != nil {
 			return err
 		}
@@ -252,7 +253,7 @@ func hmc_store_group_barrier(g C.uint64_t, timeoutMS C.int) C.int {
 //export hmc_store_group_allgather
 func hmc_store_group_allgather(g C.uint64_t, data unsafe.Pointer, n C.uint64_t, out unsafe.Pointer, capacity C.uint64_t, outlen *C.uint64_t, timeoutMS C.int) C.int {
 	return call(func() error {
-		grp, err := get[*group.Group](uint64(g))
+		grp, err := cabi.Get[*group.Group](uint64(g))
 		if err != nil {
 			return err
 		}
@@ -281,11 +282,11 @@ func hmc_store_group_allgather(g C.uint64_t, data unsafe.Pointer, n C.uint64_t, 
 //export hmc_store_group_close
 func hmc_store_group_close(g C.uint64_t) C.int {
 	return call(func() error {
-		grp, err := get[*group.Group](uint64(g))
+		grp, err := cabi.Get[*group.Group](uint64(g))
 		if err != nil {
 			return err
 		}
-		table.remove(uint64(g))
+		cabi.Remove(uint64(g))
 		return grp.Close()
 	})
 }

@@ -1,115 +1,26 @@
 //go:build cgo
 
-package main
+package hmcapi
 
 /*
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
-
-static __thread char hmc_err[1024];
-
-static void hmc_set_error(const char *msg) {
-	strncpy(hmc_err, msg, sizeof hmc_err - 1);
-	hmc_err[sizeof hmc_err - 1] = 0;
-}
-
-static const char *hmc_get_error(void) { return hmc_err; }
 */
 import "C"
 
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
-	"time"
 	"unsafe"
 
 	hmc "github.com/hmc-go/hmc"
+	"github.com/hmc-go/hmc/capi/internal/cabi"
 	"github.com/hmc-go/hmc/collective"
 	"github.com/hmc-go/hmc/comm"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 )
-
-// call runs f, records its error in the thread's last-error string and returns its status
-// code. A panic becomes ERROR: it must never unwind into C.
-func call(f func() error) (rc C.int) {
-	defer func() {
-		if r := recover(); r != nil {
-			setError(fmt.Sprintf("hmc: internal error: %v", r))
-			rc = C.int(status.Error)
-		}
-	}()
-	if err := f(); err != nil {
-		setError(err.Error())
-		return C.int(status.CodeOf(err))
-	}
-	return C.int(status.Success)
-}
-
-func setError(msg string) {
-	cs := C.CString(msg)
-	C.hmc_set_error(cs)
-	C.free(unsafe.Pointer(cs))
-}
-
-// deadline turns a C timeout in milliseconds into a context: > 0 bounds the call, <= 0 waits
-// without a deadline.
-func deadline(ms C.int) (context.Context, context.CancelFunc) {
-	if ms > 0 {
-		return context.WithTimeout(context.Background(), time.Duration(ms)*time.Millisecond)
-	}
-	return context.WithCancel(context.Background())
-}
-
-func hostBytes(p unsafe.Pointer, n C.uint64_t) ([]byte, error) {
-	if n == 0 {
-		return nil, nil
-	}
-	if p == nil {
-		return nil, fmt.Errorf("hmc: null pointer for %d bytes: %w", uint64(n), status.ErrInvalidConfig)
-	}
-	return memory.HostSlice(memory.Ptr(uintptr(p)), uint64(n)), nil
-}
-
-//export hmc_last_error
-func hmc_last_error() *C.char { return C.hmc_get_error() }
-
-var statusNames = func() map[status.Code]*C.char {
-	m := map[status.Code]*C.char{}
-	for c := status.Success; c <= status.NotFound; c++ {
-		m[c] = C.CString(c.String()) // kept for the life of the process
-	}
-	return m
-}()
-
-var unknownStatus = C.CString("UNKNOWN")
-
-//export hmc_status_string
-func hmc_status_string(code C.int) *C.char {
-	if s, ok := statusNames[status.Code(code)]; ok {
-		return s
-	}
-	return unknownStatus
-}
-
-// stacksMax bounds the goroutine dump of hmc_debug_stacks.
-const stacksMax = 8 << 20
-
-//export hmc_debug_stacks
-func hmc_debug_stacks(buf *C.char, n C.uint64_t) C.uint64_t {
-	b := make([]byte, stacksMax)
-	b = b[:runtime.Stack(b, true)]
-	if buf != nil && n > 0 {
-		m := min(uint64(n)-1, uint64(len(b)))
-		dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), m+1)
-		copy(dst, b[:m])
-		dst[m] = 0
-	}
-	return C.uint64_t(len(b))
-}
 
 // ---- Memory ----
 
@@ -128,14 +39,14 @@ func hmc_memory_open(deviceID, memType C.int, out *C.uint64_t) C.int {
 		if err != nil {
 			return err
 		}
-		*out = C.uint64_t(table.add(m))
+		*out = C.uint64_t(cabi.Add(m))
 		return nil
 	})
 }
 
 //export hmc_memory_type
 func hmc_memory_type(h C.uint64_t) C.int {
-	m, err := get[*memory.Memory](uint64(h))
+	m, err := cabi.Get[*memory.Memory](uint64(h))
 	if err != nil {
 		setError(err.Error())
 		return -1
@@ -206,7 +117,7 @@ func hmc_memory_copy_d2d(h C.uint64_t, dst, src C.uint64_t, n C.uint64_t) C.int 
 //export hmc_memory_close
 func hmc_memory_close(h C.uint64_t) C.int {
 	return withMemory(h, func(m *memory.Memory) error {
-		table.remove(uint64(h))
+		cabi.Remove(uint64(h))
 		return m.Close()
 	})
 }
@@ -223,19 +134,12 @@ func hmc_session_create(deviceID C.int, bufferSize C.uint64_t, memType, numChs C
 		if err != nil {
 			return err
 		}
-		*out = C.uint64_t(table.add(s))
+		*out = C.uint64_t(cabi.Add(s))
 		return nil
 	})
 }
 
-func goString(s *C.char) string {
-	if s == nil {
-		return ""
-	}
-	return C.GoString(s)
-}
-
-func session(h C.uint64_t) (*hmc.Session, error) { return get[*hmc.Session](uint64(h)) }
+func session(h C.uint64_t) (*hmc.Session, error) { return cabi.Get[*hmc.Session](uint64(h)) }
 
 // withSession runs f on the session behind handle h, as call does.
 func withSession(h C.uint64_t, f func(*hmc.Session) error) C.int {
@@ -251,7 +155,7 @@ func withSession(h C.uint64_t, f func(*hmc.Session) error) C.int {
 // withMemory runs f on the memory behind handle h, as call does.
 func withMemory(h C.uint64_t, f func(*memory.Memory) error) C.int {
 	return call(func() error {
-		m, err := get[*memory.Memory](uint64(h))
+		m, err := cabi.Get[*memory.Memory](uint64(h))
 		if err != nil {
 			return err
 		}
@@ -262,7 +166,7 @@ func withMemory(h C.uint64_t, f func(*memory.Memory) error) C.int {
 //export hmc_session_destroy
 func hmc_session_destroy(h C.uint64_t) C.int {
 	return withSession(h, func(s *hmc.Session) error {
-		table.remove(uint64(h))
+		cabi.Remove(uint64(h))
 		return s.Close()
 	})
 }
@@ -693,7 +597,7 @@ func hmc_group_create(h C.uint64_t, n C.int, ips **C.char, dataPorts, ctrlPorts 
 		if err != nil {
 			return err
 		}
-		*out = C.uint64_t(table.add(g))
+		*out = C.uint64_t(cabi.Add(g))
 		return nil
 	})
 }
@@ -701,7 +605,7 @@ func hmc_group_create(h C.uint64_t, n C.int, ips **C.char, dataPorts, ctrlPorts 
 //export hmc_group_alltoall
 func hmc_group_alltoall(g C.uint64_t, algo C.int, sendOff, recvOff, scratchOff, block C.uint64_t, timeoutMS C.int) C.int {
 	return call(func() error {
-		grp, err := get[*collective.Group](uint64(g))
+		grp, err := cabi.Get[*collective.Group](uint64(g))
 		if err != nil {
 			return err
 		}
@@ -722,10 +626,10 @@ func hmc_group_scratch_size(world C.int, block C.uint64_t) C.uint64_t {
 //export hmc_group_destroy
 func hmc_group_destroy(g C.uint64_t) C.int {
 	return call(func() error {
-		if _, err := get[*collective.Group](uint64(g)); err != nil {
+		if _, err := cabi.Get[*collective.Group](uint64(g)); err != nil {
 			return err
 		}
-		table.remove(uint64(g))
+		cabi.Remove(uint64(g))
 		return nil
 	})
 }

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package main
+package hmcapi
 
 /*
 #include <stdint.h>
@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/capi/internal/cabi"
 	"github.com/hmc-go/hmc/ctrl"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
@@ -31,7 +32,7 @@ func hmc_conn_buffer_create(deviceID C.int, size C.uint64_t, memType C.int, out 
 		if err != nil {
 			return err
 		}
-		*out = C.uint64_t(table.add(b))
+		*out = C.uint64_t(cabi.Add(b))
 		return nil
 	})
 }
@@ -39,7 +40,7 @@ func hmc_conn_buffer_create(deviceID C.int, size C.uint64_t, memType C.int, out 
 // withBuffer runs f on the ConnBuffer behind handle h, as call does.
 func withBuffer(h C.uint64_t, f func(*buffer.ConnBuffer) error) C.int {
 	return call(func() error {
-		b, err := get[*buffer.ConnBuffer](uint64(h))
+		b, err := cabi.Get[*buffer.ConnBuffer](uint64(h))
 		if err != nil {
 			return err
 		}
@@ -50,7 +51,7 @@ func withBuffer(h C.uint64_t, f func(*buffer.ConnBuffer) error) C.int {
 //export hmc_conn_buffer_destroy
 func hmc_conn_buffer_destroy(h C.uint64_t) C.int {
 	return withBuffer(h, func(b *buffer.ConnBuffer) error {
-		table.remove(uint64(h))
+		cabi.Remove(uint64(h))
 		return b.Close()
 	})
 }
@@ -116,7 +117,7 @@ func hmc_conn_buffer_copy_within(h C.uint64_t, dstOff, srcOff, n C.uint64_t) C.i
 
 // ---- the control plane on its own (upstream CtrlSocketManager, one per handle) ----
 
-func manager(h C.uint64_t) (*ctrl.Manager, error) { return get[*ctrl.Manager](uint64(h)) }
+func manager(h C.uint64_t) (*ctrl.Manager, error) { return cabi.Get[*ctrl.Manager](uint64(h)) }
 
 // withManager runs f on the control plane behind handle h, as call does.
 func withManager(h C.uint64_t, f func(*ctrl.Manager) error) C.int {
@@ -139,7 +140,7 @@ func hmc_ctrl_create(out *C.uint64_t) C.int {
 		if err != nil {
 			return err
 		}
-		*out = C.uint64_t(table.add(m))
+		*out = C.uint64_t(cabi.Add(m))
 		return nil
 	})
 }
@@ -280,7 +281,7 @@ func hmc_ctrl_close_all(h C.uint64_t) C.int {
 //export hmc_ctrl_destroy
 func hmc_ctrl_destroy(h C.uint64_t) C.int {
 	return withManager(h, func(m *ctrl.Manager) error {
-		table.remove(uint64(h))
+		cabi.Remove(uint64(h))
 		return m.Close()
 	})
 }
