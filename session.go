@@ -104,7 +104,7 @@ func (s *Session) InitServer(bindIP string, dataPort, ctrlTCPPort int, selfID ui
 // socket in udsDir when CTRL_TRANSPORT=uds, or when it is unset and the peer's IP equals this
 // Session's local IP (and udsDir is non-empty); otherwise TCP to peerIP:ctrlTCPPort.
 func (s *Session) Connect(ctx context.Context, peerID, selfID uint32, peerIP string, dataPort, ctrlTCPPort int, udsDir string, ct ConnType) error {
-	if s.comm.CheckConn(peerIP, dataPort, ct) == nil {
+	if s.comm.Peer(peerIP, dataPort, ct).Check() == nil {
 		return nil
 	}
 	link := comm.CtrlLink{Transport: ctrl.TCP, IP: peerIP, Port: ctrlTCPPort}
@@ -125,35 +125,35 @@ func (s *Session) Connect(ctx context.Context, peerID, selfID uint32, peerIP str
 // PutRemote puts local[localOff, +n) to the peer's buffer at remoteOff; it returns when the
 // bytes are visible there.
 func (s *Session) PutRemote(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct ConnType) error {
-	return s.comm.Put(ctx, ip, port, localOff, remoteOff, n, ct)
+	return s.comm.Peer(ip, port, ct).Put(ctx, localOff, remoteOff, n)
 }
 
 // PutFrom puts data — host memory of the caller's — to the peer's buffer at remoteOff without
 // staging it into the local buffer (the transport reads data in place), and returns when the
 // bytes are visible there. data must not change until it returns.
 func (s *Session) PutFrom(ctx context.Context, ip string, port int, data []byte, remoteOff uint64, ct ConnType) error {
-	return s.comm.PutFrom(ctx, ip, port, data, remoteOff, ct)
+	return s.comm.Peer(ip, port, ct).PutFrom(ctx, data, remoteOff)
 }
 
 // GetTo gets len(dst) bytes of the peer's buffer at remoteOff straight into dst, host memory of
 // the caller's.
 func (s *Session) GetTo(ctx context.Context, ip string, port int, dst []byte, remoteOff uint64, ct ConnType) error {
-	return s.comm.GetTo(ctx, ip, port, dst, remoteOff, ct)
+	return s.comm.Peer(ip, port, ct).GetTo(ctx, dst, remoteOff)
 }
 
 // GetRemote gets the peer's buffer [remoteOff, +n) into local[localOff, +n).
 func (s *Session) GetRemote(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct ConnType) error {
-	return s.comm.Get(ctx, ip, port, localOff, remoteOff, n, ct)
+	return s.comm.Peer(ip, port, ct).Get(ctx, localOff, remoteOff, n)
 }
 
 // PutNB starts a PutRemote and returns an id for Wait.
 func (s *Session) PutNB(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct ConnType) (uint64, error) {
-	return s.comm.PutNB(ctx, ip, port, localOff, remoteOff, n, ct)
+	return s.comm.Peer(ip, port, ct).PutNB(ctx, localOff, remoteOff, n)
 }
 
 // GetNB starts a GetRemote and returns an id for Wait.
 func (s *Session) GetNB(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct ConnType) (uint64, error) {
-	return s.comm.GetNB(ctx, ip, port, localOff, remoteOff, n, ct)
+	return s.comm.Peer(ip, port, ct).GetNB(ctx, localOff, remoteOff, n)
 }
 
 // Wait waits for operation ids, in any order.
@@ -188,7 +188,7 @@ func (s *Session) CopyWithin(dstOff, srcOff, n uint64) error {
 
 // Disconnect closes the connection to the peer at (ip, port).
 func (s *Session) Disconnect(ip string, port int, ct ConnType) error {
-	return s.comm.Disconnect(ip, port, ct)
+	return s.comm.Peer(ip, port, ct).Disconnect()
 }
 
 // CloseServer stops the data servers and the control plane; it never exits the process.

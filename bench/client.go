@@ -224,7 +224,7 @@ func Run(ctx context.Context, cfg Config, onResult func(Result)) error {
 		return err
 	}
 	defer src.close()
-	route, err := c.Route(cfg.PeerIP, cfg.DataPort, cfg.Transport)
+	route, err := c.Peer(cfg.PeerIP, cfg.DataPort, cfg.Transport).Route()
 	if err != nil {
 		return err
 	}
@@ -361,7 +361,7 @@ func (r *runner) measure(size uint64) (Result, error) {
 	}
 	if cfg.Op == "get" {
 		// The target's region must hold the source for gets to fetch (and --verify to check).
-		if err := r.c.Put(r.ctx, cfg.PeerIP, cfg.DataPort, 0, 0, size, cfg.Transport); err != nil {
+		if err := r.c.Peer(cfg.PeerIP, cfg.DataPort, cfg.Transport).Put(r.ctx, 0, 0, size); err != nil {
 			return Result{}, err
 		}
 	}
@@ -439,7 +439,7 @@ func (r *runner) once(size uint64, iter int) (time.Duration, error) {
 			return 0, err
 		}
 		start := time.Now()
-		if err := c.SendDataTo(ctx, ip, port, r.src.data(size), ct); err != nil {
+		if err := c.Peer(ip, port, ct).SendDataTo(ctx, r.src.data(size)); err != nil {
 			return 0, err
 		}
 		d := time.Since(start)
@@ -456,7 +456,7 @@ func (r *runner) once(size uint64, iter int) (time.Duration, error) {
 		if err := r.src.stageInto(r.buf, 0, size, 0); err != nil {
 			return 0, err
 		}
-		err := c.Put(ctx, ip, port, 0, 0, size, ct)
+		err := c.Peer(ip, port, ct).Put(ctx, 0, 0, size)
 		return time.Since(start), err
 	case ModeSerial:
 		chunk := max(r.buf.Size()/2, 1)
@@ -466,7 +466,7 @@ func (r *runner) once(size uint64, iter int) (time.Duration, error) {
 			if err := r.src.stageInto(r.buf, off, n, off%r.buf.Size()); err != nil {
 				return 0, err
 			}
-			if err := c.Put(ctx, ip, port, off%r.buf.Size(), off, n, ct); err != nil {
+			if err := c.Peer(ip, port, ct).Put(ctx, off%r.buf.Size(), off, n); err != nil {
 				return 0, err
 			}
 		}
@@ -478,9 +478,9 @@ func (r *runner) once(size uint64, iter int) (time.Duration, error) {
 	case cfg.Window > 1:
 		var id uint64
 		if cfg.Op == "get" {
-			id, err = c.GetNB(ctx, ip, port, 0, 0, size, ct)
+			id, err = c.Peer(ip, port, ct).GetNB(ctx, 0, 0, size)
 		} else {
-			id, err = c.PutNB(ctx, ip, port, 0, 0, size, ct)
+			id, err = c.Peer(ip, port, ct).PutNB(ctx, 0, 0, size)
 		}
 		if err != nil {
 			return 0, err
@@ -491,9 +491,9 @@ func (r *runner) once(size uint64, iter int) (time.Duration, error) {
 			r.inflight = r.inflight[:copy(r.inflight, r.inflight[1:])] // in place: no allocation
 		}
 	case cfg.Op == "get":
-		err = c.Get(ctx, ip, port, 0, 0, size, ct)
+		err = c.Peer(ip, port, ct).Get(ctx, 0, 0, size)
 	default:
-		err = c.Put(ctx, ip, port, 0, 0, size, ct)
+		err = c.Peer(ip, port, ct).Put(ctx, 0, 0, size)
 	}
 	r.mark = time.Since(r.epoch) // monotonic clock only: half the cost of time.Now on a VM
 	return r.mark - start, err

@@ -114,7 +114,7 @@ func bounce(ctx context.Context, c *comm.Communicator, ip string, port int, size
 		return 0, err
 	}
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(&b[0])), seq)
-	return c.PutNB(ctx, ip, port, stageOff, 0, size, ct)
+	return c.Peer(ip, port, ct).PutNB(ctx, stageOff, 0, size)
 }
 
 // pong is the server side of n ping-pong iterations with the client at ip:port.
@@ -153,13 +153,13 @@ func (r *runner) pingpong(uint64) (Result, error) {
 	myPort := portOf(c.DataAddr(namedBy(cfg.Transport)))
 	// Start from zero on both sides, then let the server enter its loop.
 	clear(r.buf.Bytes()[:16])
-	if err := c.Put(ctx, cfg.PeerIP, cfg.DataPort, 0, 0, 16, cfg.Transport); err != nil {
+	if err := c.Peer(cfg.PeerIP, cfg.DataPort, cfg.Transport).Put(ctx, 0, 0, 16); err != nil {
 		return Result{}, err
 	}
 	if err := c.CtrlSend(ctx, serverRank, cmdPing); err != nil {
 		return Result{}, err
 	}
-	route, err := c.Route(cfg.PeerIP, cfg.DataPort, cfg.Transport)
+	route, err := c.Peer(cfg.PeerIP, cfg.DataPort, cfg.Transport).Route()
 	if err != nil {
 		return Result{}, err
 	}

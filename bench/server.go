@@ -122,7 +122,7 @@ func Serve(ctx context.Context, cfg ServerConfig, ready func(dataAddr string, ct
 			if a := c.Ctrl().PeerAddr(clientRank); a != nil {
 				ip = hostOf(a.String())
 			}
-			n, err := c.RecvDataFrom(ctx, ip, int(cmd.Port), d, cfg.Transport)
+			n, err := c.Peer(ip, int(cmd.Port), cfg.Transport).RecvDataFrom(ctx, d)
 			if err != nil {
 				return fmt.Errorf("bench server: %w", err)
 			}

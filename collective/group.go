@@ -185,7 +185,7 @@ func (g *Group) direct(ctx context.Context, sendOff, recvOff, block uint64) erro
 	var ids []uint64
 	for i := 1; i < w; i++ { // staggered: rank r starts with r+1, so not everyone hits rank 0 first
 		m := g.peer(g.rank + i)
-		id, err := g.c.PutNB(ctx, m.IP, m.DataPort, sendOff+uint64(m.Rank)*block, recvOff+uint64(g.rank)*block, block, g.ct)
+		id, err := g.c.Peer(m.IP, m.DataPort, g.ct).PutNB(ctx, sendOff+uint64(m.Rank)*block, recvOff+uint64(g.rank)*block, block)
 		if err != nil {
 			return err
 		}
@@ -230,7 +230,7 @@ func (g *Group) ring(ctx context.Context, sendOff, recvOff, scratchOff, block ui
 		if s == 1 {
 			for k := uint64(0); k < n; k++ {
 				dst := (g.rank + 1 + int(k)) % w
-				id, err := g.c.PutNB(ctx, right.IP, right.DataPort, sendOff+uint64(dst)*block, area(1)+k*block, block, g.ct)
+				id, err := g.c.Peer(right.IP, right.DataPort, g.ct).PutNB(ctx, sendOff+uint64(dst)*block, area(1)+k*block, block)
 				if err != nil {
 					return err
 				}
@@ -238,7 +238,7 @@ func (g *Group) ring(ctx context.Context, sendOff, recvOff, scratchOff, block ui
 			}
 		} else {
 			// Forward what arrived at step s-1, less its first block (ours, already taken).
-			id, err := g.c.PutNB(ctx, right.IP, right.DataPort, area(s-1)+block, area(s), n*block, g.ct)
+			id, err := g.c.Peer(right.IP, right.DataPort, g.ct).PutNB(ctx, area(s-1)+block, area(s), n*block)
 			if err != nil {
 				return err
 			}

@@ -108,7 +108,7 @@ func childServer() error {
 			transporttest.Fill(s, r.Seed)
 		case cmdRecvData:
 			dst := make([]byte, r.Len+7) // capacity larger than the payload
-			n, err := c.RecvDataFrom(ctx, "127.0.0.1", int(r.Port), HostData(dst), transport.AUTO)
+			n, err := c.Peer("127.0.0.1", int(r.Port), transport.AUTO).RecvDataFrom(ctx, HostData(dst))
 			want := make([]byte, r.Len)
 			transporttest.Fill(want, r.Seed)
 			if err != nil || n != r.Len || !bytes.Equal(dst[:n], want) {
@@ -118,7 +118,7 @@ func childServer() error {
 		case cmdSendData:
 			src := make([]byte, r.Len)
 			transporttest.Fill(src, r.Seed)
-			if err := c.SendDataTo(ctx, "127.0.0.1", int(r.Port), HostData(src), transport.AUTO); err != nil {
+			if err := c.Peer("127.0.0.1", int(r.Port), transport.AUTO).SendDataTo(ctx, HostData(src)); err != nil {
 				fmt.Fprintln(os.Stderr, "child: send data:", err)
 				reply = 0
 			}
@@ -128,7 +128,7 @@ func childServer() error {
 				return err
 			}
 			transporttest.Fill(s, r.Seed)
-			if err := c.Put(ctx, "127.0.0.1", int(r.Port), r.Off, r.Off, r.Len, transport.AUTO); err != nil {
+			if err := c.Peer("127.0.0.1", int(r.Port), transport.AUTO).Put(ctx, r.Off, r.Off, r.Len); err != nil {
 				fmt.Fprintln(os.Stderr, "child: put back:", err)
 				reply = 0
 			}

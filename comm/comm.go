@@ -545,9 +545,9 @@ func (c *Communicator) endpoint(ctx context.Context, ip string, port int, ct tra
 	return c.dialData(ctx, ip, port, ct, acc.rank, self)
 }
 
-// Route returns the transport that carries transfers to (ip, port) when asked for ct: for
+// route returns the transport that carries transfers to (ip, port) when asked for ct: for
 // AUTO, the one the endpoint was made with (SHM or TCP). It is ErrNotFound before a connection.
-func (c *Communicator) Route(ip string, port int, ct transport.ConnType) (transport.ConnType, error) {
+func (c *Communicator) route(ip string, port int, ct transport.ConnType) (transport.ConnType, error) {
 	ks, err := c.kinds(ct)
 	if err != nil {
 		return 0, err
@@ -562,9 +562,9 @@ func (c *Communicator) Route(ip string, port int, ct transport.ConnType) (transp
 	return 0, fmt.Errorf("comm: no %v connection to %s:%d: %w", ct, ip, port, status.ErrNotFound)
 }
 
-// CheckConn returns nil if a data endpoint to (ip, port, ct) exists or can be made from a peer
+// checkConn returns nil if a data endpoint to (ip, port, ct) exists or can be made from a peer
 // that connected to us, else an error wrapping ErrNotFound.
-func (c *Communicator) CheckConn(ip string, port int, ct transport.ConnType) error {
+func (c *Communicator) checkConn(ip string, port int, ct transport.ConnType) error {
 	if _, err := c.kinds(ct); err != nil {
 		return err
 	}
@@ -579,9 +579,9 @@ func (c *Communicator) CheckConn(ip string, port int, ct transport.ConnType) err
 	return fmt.Errorf("comm: no %v connection to %s:%d: %w", ct, ip, port, status.ErrNotFound)
 }
 
-// PeerRank returns the rank of the peer at (ip, port) over ct, dialed or accepted. Port 0
+// peerRank returns the rank of the peer at (ip, port) over ct, dialed or accepted. Port 0
 // matches the only peer seen from ip, if there is exactly one.
-func (c *Communicator) PeerRank(ip string, port int, ct transport.ConnType) (uint32, error) {
+func (c *Communicator) peerRank(ip string, port int, ct transport.ConnType) (uint32, error) {
 	ks, err := c.kinds(ct)
 	if err != nil {
 		return 0, err
@@ -610,10 +610,10 @@ func (c *Communicator) PeerRank(ip string, port int, ct transport.ConnType) (uin
 	return 0, fmt.Errorf("comm: no peer known at %s:%d over %v: %w", ip, port, ct, status.ErrNotFound)
 }
 
-// Disconnect closes the data endpoints to (ip, port) over ct's kinds and the control link to
+// disconnect closes the data endpoints to (ip, port) over ct's kinds and the control link to
 // the peer's rank. Transfers in flight on them fail with ErrClosed. Disconnecting an unknown
 // peer returns nil, as upstream.
-func (c *Communicator) Disconnect(ip string, port int, ct transport.ConnType) error {
+func (c *Communicator) disconnect(ip string, port int, ct transport.ConnType) error {
 	ks, err := c.kinds(ct)
 	if err != nil {
 		return err

@@ -139,7 +139,7 @@ func testPutGetTwoProcesses(t *testing.T, ct transport.ConnType) {
 			for i, n := range []uint64{1, 4097, 1 << 20, 5<<20 + 3} {
 				seed := uint32(10 + i)
 				s.fillLocal(100, n, seed)
-				if err := s.c.Put(s.ctx, "127.0.0.1", p, 100, 4096, n, s.ct); err != nil {
+				if err := s.c.Peer("127.0.0.1", p, s.ct).Put(s.ctx, 100, 4096, n); err != nil {
 					t.Fatal(err)
 				}
 				if !s.ask(cmdCheck, request{Off: 4096, Len: n, Seed: seed}) {
@@ -149,7 +149,7 @@ func testPutGetTwoProcesses(t *testing.T, ct transport.ConnType) {
 				if !s.ask(cmdFill, request{Off: 8 << 20, Len: n, Seed: seed + 100}) {
 					t.Fatal("fill")
 				}
-				if err := s.c.Get(s.ctx, "127.0.0.1", p, 16<<20, 8<<20, n, s.ct); err != nil {
+				if err := s.c.Peer("127.0.0.1", p, s.ct).Get(s.ctx, 16<<20, 8<<20, n); err != nil {
 					t.Fatal(err)
 				}
 				if !s.localIs(16<<20, n, seed+100) {
@@ -180,7 +180,7 @@ func testPutThenCtrlSendIsVisible(t *testing.T, ct transport.ConnType) {
 		off := uint64(i%64) * 4096
 		seed := uint32(i + 1)
 		s.fillLocal(off, n, seed)
-		if err := s.c.Put(s.ctx, "127.0.0.1", s.peerPort(), off, off, n, s.ct); err != nil {
+		if err := s.c.Peer("127.0.0.1", s.peerPort(), s.ct).Put(s.ctx, off, off, n); err != nil {
 			t.Fatal(err)
 		}
 		if !s.ask(cmdCheck, request{Off: off, Len: n, Seed: seed}) {
@@ -200,7 +200,7 @@ func testNonBlockingAndPipelines(t *testing.T, ct transport.ConnType) {
 	s.fillLocal(0, n*size, 42)
 	var ids []uint64
 	for i := range n {
-		id, err := s.c.PutNB(s.ctx, "127.0.0.1", p, uint64(i*size), uint64(i*size), size, s.ct)
+		id, err := s.c.Peer("127.0.0.1", p, s.ct).PutNB(s.ctx, uint64(i*size), uint64(i*size), size)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,7 +222,7 @@ func testNonBlockingAndPipelines(t *testing.T, ct transport.ConnType) {
 	ids = ids[:0]
 	clear(s.buf.Bytes()[32<<20 : 32<<20+n*size])
 	for i := range n {
-		id, err := s.c.GetNB(s.ctx, "127.0.0.1", p, 32<<20+uint64(i*size), uint64(i*size), size, s.ct)
+		id, err := s.c.Peer("127.0.0.1", p, s.ct).GetNB(s.ctx, 32<<20+uint64(i*size), uint64(i*size), size)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -240,14 +240,14 @@ func testNonBlockingAndPipelines(t *testing.T, ct transport.ConnType) {
 	// Pipelines with an odd chunk and a small window.
 	const total = 20<<20 + 11
 	s.fillLocal(0, total, 43)
-	if err := s.c.PutPipeline(s.ctx, "127.0.0.1", p, 0, 1000, total, 1<<20+3, 3, s.ct); err != nil {
+	if err := s.c.Peer("127.0.0.1", p, s.ct).PutPipeline(s.ctx, 0, 1000, total, 1<<20+3, 3); err != nil {
 		t.Fatal(err)
 	}
 	if !s.ask(cmdCheck, request{Off: 1000, Len: total, Seed: 43}) {
 		t.Fatal("put pipeline differs")
 	}
 	clear(s.buf.Bytes()[:total])
-	if err := s.c.GetPipeline(s.ctx, "127.0.0.1", p, 0, 1000, total, 0, 0, s.ct); err != nil {
+	if err := s.c.Peer("127.0.0.1", p, s.ct).GetPipeline(s.ctx, 0, 1000, total, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	if !s.localIs(0, total, 43) {
@@ -268,7 +268,7 @@ func testSendRecvData(t *testing.T, ct transport.ConnType) {
 		transporttest.Fill(src, seed)
 		errc := make(chan bool, 1)
 		go func() { errc <- s.ask(cmdRecvData, request{Len: n, Seed: seed, Port: s.myPort()}) }()
-		if err := s.c.SendDataTo(s.ctx, "127.0.0.1", p, HostData(src), s.ct); err != nil {
+		if err := s.c.Peer("127.0.0.1", p, s.ct).SendDataTo(s.ctx, HostData(src)); err != nil {
 			t.Fatalf("send %d: %v", n, err)
 		}
 		if !<-errc {
@@ -283,7 +283,7 @@ func testSendRecvData(t *testing.T, ct transport.ConnType) {
 		var got uint64
 		go func() {
 			var err error
-			got, err = s.c.RecvDataFrom(s.ctx, "127.0.0.1", p, HostData(dst), s.ct)
+			got, err = s.c.Peer("127.0.0.1", p, s.ct).RecvDataFrom(s.ctx, HostData(dst))
 			errc <- err
 		}()
 		if !s.ask(cmdSendData, request{Len: n, Seed: seed, Port: s.myPort()}) {
@@ -302,7 +302,7 @@ func testSendRecvData(t *testing.T, ct transport.ConnType) {
 	src := make([]byte, 1<<20)
 	resp := make(chan bool, 1)
 	go func() { resp <- s.ask(cmdRecvData, request{Len: 100, Seed: 1, Port: s.myPort()}) }()
-	if err := s.c.SendDataTo(s.ctx, "127.0.0.1", p, HostData(src), s.ct); !errors.Is(err, status.ErrInvalidConfig) {
+	if err := s.c.Peer("127.0.0.1", p, s.ct).SendDataTo(s.ctx, HostData(src)); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Fatalf("oversized stream: %v", err)
 	}
 	if <-resp {
@@ -314,7 +314,7 @@ func TestTargetPutsBack(t *testing.T) { forEachTransport(t, testTargetPutsBack) 
 
 func testTargetPutsBack(t *testing.T, ct transport.ConnType) {
 	s := connect(t, ctrl.TCP, ct)
-	if err := s.c.CheckConn("127.0.0.1", s.peerPort(), s.ct); err != nil {
+	if err := s.c.Peer("127.0.0.1", s.peerPort(), s.ct).Check(); err != nil {
 		t.Fatal(err)
 	}
 	if !s.ask(cmdPutBack, request{Off: 12345, Len: 3<<20 + 1, Seed: 77, Port: s.myPort()}) {
@@ -345,7 +345,7 @@ func TestDeviceBufferTwoProcesses(t *testing.T) {
 			if err := s.buf.WriteFromCPU(src, off); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.c.Put(s.ctx, "127.0.0.1", s.peerPort(), off, off, n, ct); err != nil {
+			if err := s.c.Peer("127.0.0.1", s.peerPort(), ct).Put(s.ctx, off, off, n); err != nil {
 				t.Fatal(err)
 			}
 			if !s.ask(cmdCheck, request{Off: off, Len: n, Seed: 21}) {
@@ -354,7 +354,7 @@ func TestDeviceBufferTwoProcesses(t *testing.T) {
 			if !s.ask(cmdFill, request{Off: 0, Len: n, Seed: 22}) {
 				t.Fatal("child fill")
 			}
-			if err := s.c.Get(s.ctx, "127.0.0.1", s.peerPort(), 1, 0, n, ct); err != nil {
+			if err := s.c.Peer("127.0.0.1", s.peerPort(), ct).Get(s.ctx, 1, 0, n); err != nil {
 				t.Fatal(err)
 			}
 			want := make([]byte, n)
@@ -397,14 +397,14 @@ func testBadInput(t *testing.T, ct transport.ConnType) {
 		{parentBufSize - 1, 0, 2},
 		{0, ^uint64(0), 2},
 	} {
-		err := s.c.Put(ctx, "127.0.0.1", p, c.lo, c.ro, c.n, s.ct)
+		err := s.c.Peer("127.0.0.1", p, s.ct).Put(ctx, c.lo, c.ro, c.n)
 		if !errors.Is(err, status.ErrOutOfRange) || status.CodeOf(err) != status.InvalidConfig {
 			t.Fatalf("put %+v: %v", c, err)
 		}
-		if _, err := s.c.GetNB(ctx, "127.0.0.1", p, c.lo, c.ro, c.n, s.ct); !errors.Is(err, status.ErrOutOfRange) {
+		if _, err := s.c.Peer("127.0.0.1", p, s.ct).GetNB(ctx, c.lo, c.ro, c.n); !errors.Is(err, status.ErrOutOfRange) {
 			t.Fatalf("getNB %+v: %v", c, err)
 		}
-		if err := s.c.PutPipeline(ctx, "127.0.0.1", p, c.lo, c.ro, c.n, 0, 0, s.ct); !errors.Is(err, status.ErrOutOfRange) {
+		if err := s.c.Peer("127.0.0.1", p, s.ct).PutPipeline(ctx, c.lo, c.ro, c.n, 0, 0); !errors.Is(err, status.ErrOutOfRange) {
 			t.Fatalf("pipeline %+v: %v", c, err)
 		}
 	}
@@ -412,10 +412,10 @@ func testBadInput(t *testing.T, ct transport.ConnType) {
 		t.Fatal("a refused put changed the child's region")
 	}
 	// Unknown peer.
-	if err := s.c.Put(ctx, "127.0.0.1", 1, 0, 0, 1, s.ct); !errors.Is(err, status.ErrNotFound) {
+	if err := s.c.Peer("127.0.0.1", 1, s.ct).Put(ctx, 0, 0, 1); !errors.Is(err, status.ErrNotFound) {
 		t.Fatalf("unknown peer: %v", err)
 	}
-	if err := s.c.CheckConn("127.0.0.2", p, s.ct); !errors.Is(err, status.ErrNotFound) {
+	if err := s.c.Peer("127.0.0.2", p, s.ct).Check(); !errors.Is(err, status.ErrNotFound) {
 		t.Fatal(err)
 	}
 	if err := s.c.Wait(ctx, 987654); !errors.Is(err, status.ErrNotFound) {
@@ -427,11 +427,11 @@ func testBadInput(t *testing.T, ct transport.ConnType) {
 		others = append(others, transport.UCX)
 	}
 	for _, other := range others {
-		if err := s.c.Put(ctx, "127.0.0.1", p, 0, 0, 1, other); !errors.Is(err, status.ErrUnsupported) {
+		if err := s.c.Peer("127.0.0.1", p, other).Put(ctx, 0, 0, 1); !errors.Is(err, status.ErrUnsupported) {
 			t.Fatalf("%v: %v", other, err)
 		}
 	}
-	if err := s.c.Put(ctx, "127.0.0.1", p, 0, 0, 1, transport.ConnType(42)); !errors.Is(err, status.ErrInvalidConfig) {
+	if err := s.c.Peer("127.0.0.1", p, transport.ConnType(42)).Put(ctx, 0, 0, 1); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Fatal(err)
 	}
 	// A ctrl link that cannot be made leaves nothing behind.
@@ -439,10 +439,10 @@ func testBadInput(t *testing.T, ct transport.ConnType) {
 	if !errors.Is(err, status.ErrInvalidConfig) {
 		t.Fatal(err)
 	}
-	if err := s.c.Disconnect("127.0.0.1", p, s.ct); err != nil {
+	if err := s.c.Peer("127.0.0.1", p, s.ct).Disconnect(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.c.Put(ctx, "127.0.0.1", p, 0, 0, 1, s.ct); !errors.Is(err, status.ErrNotFound) {
+	if err := s.c.Peer("127.0.0.1", p, s.ct).Put(ctx, 0, 0, 1); !errors.Is(err, status.ErrNotFound) {
 		t.Fatalf("after disconnect: %v", err)
 	}
 }
@@ -504,7 +504,7 @@ func testPeerKilledMidTransfer(t *testing.T, ct transport.ConnType) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
-			if err := s.c.PutPipeline(ctx, "127.0.0.1", p, 0, 0, 60<<20, 0, 0, s.ct); err != nil {
+			if err := s.c.Peer("127.0.0.1", p, s.ct).PutPipeline(ctx, 0, 0, 60<<20, 0, 0); err != nil {
 				errs <- err
 				return
 			}
@@ -512,7 +512,7 @@ func testPeerKilledMidTransfer(t *testing.T, ct transport.ConnType) {
 	})
 	wg.Go(func() {
 		for {
-			if err := s.c.Get(ctx, "127.0.0.1", p, 0, 0, 60<<20, s.ct); err != nil {
+			if err := s.c.Peer("127.0.0.1", p, s.ct).Get(ctx, 0, 0, 60<<20); err != nil {
 				errs <- err
 				return
 			}
@@ -559,11 +559,11 @@ func TestSHMWorksWhileTargetIsStopped(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
 	defer cancel()
-	if err := s.c.Put(ctx, "127.0.0.1", p, 0, 4096, n, transport.SHM); err != nil {
+	if err := s.c.Peer("127.0.0.1", p, transport.SHM).Put(ctx, 0, 4096, n); err != nil {
 		t.Fatalf("put to a stopped target: %v", err)
 	}
 	clear(s.buf.Bytes()[16<<20 : 16<<20+n])
-	if err := s.c.Get(ctx, "127.0.0.1", p, 16<<20, 4096, n, transport.SHM); err != nil {
+	if err := s.c.Peer("127.0.0.1", p, transport.SHM).Get(ctx, 16<<20, 4096, n); err != nil {
 		t.Fatalf("get from a stopped target: %v", err)
 	}
 	if !s.localIs(16<<20, n, 31) {
@@ -588,12 +588,12 @@ func testCloseUnderLoad(t *testing.T, ct transport.ConnType) {
 	defer cancel()
 	const n = 8 << 20
 	work := []func(i int) error{
-		func(i int) error { return s.c.Put(ctx, "127.0.0.1", p, uint64(i)*n, uint64(i)*n, n, s.ct) },
-		func(i int) error { return s.c.Get(ctx, "127.0.0.1", p, uint64(i)*n, uint64(i)*n, n, s.ct) },
+		func(i int) error { return s.c.Peer("127.0.0.1", p, s.ct).Put(ctx, uint64(i)*n, uint64(i)*n, n) },
+		func(i int) error { return s.c.Peer("127.0.0.1", p, s.ct).Get(ctx, uint64(i)*n, uint64(i)*n, n) },
 		func(i int) error {
 			var ids []uint64
 			for k := range 4 {
-				id, err := s.c.PutNB(ctx, "127.0.0.1", p, uint64(i)*n+uint64(k)<<20, uint64(i)*n, 1<<20, s.ct)
+				id, err := s.c.Peer("127.0.0.1", p, s.ct).PutNB(ctx, uint64(i)*n+uint64(k)<<20, uint64(i)*n, 1<<20)
 				if err != nil {
 					return err
 				}
@@ -602,7 +602,7 @@ func testCloseUnderLoad(t *testing.T, ct transport.ConnType) {
 			return s.c.Wait(ctx, ids...)
 		},
 		func(i int) error {
-			return s.c.PutPipeline(ctx, "127.0.0.1", p, uint64(i)*n, uint64(i)*n, n, 1<<20, 4, s.ct)
+			return s.c.Peer("127.0.0.1", p, s.ct).PutPipeline(ctx, uint64(i)*n, uint64(i)*n, n, 1<<20, 4)
 		},
 	}
 	errs := make(chan error, len(work)+1)
@@ -650,7 +650,7 @@ func testPutFromGetTo(t *testing.T, ct transport.ConnType) {
 		seed := uint32(200 + i)
 		src := make([]byte, n)
 		transporttest.Fill(src, seed)
-		if err := s.c.PutFrom(s.ctx, "127.0.0.1", p, src, 4096, s.ct); err != nil {
+		if err := s.c.Peer("127.0.0.1", p, s.ct).PutFrom(s.ctx, src, 4096); err != nil {
 			t.Fatal(err)
 		}
 		if !s.ask(cmdCheck, request{Off: 4096, Len: n, Seed: seed}) {
@@ -660,7 +660,7 @@ func testPutFromGetTo(t *testing.T, ct transport.ConnType) {
 			t.Fatal("fill")
 		}
 		dst := make([]byte, n)
-		if err := s.c.GetTo(s.ctx, "127.0.0.1", p, dst, 8<<20, s.ct); err != nil {
+		if err := s.c.Peer("127.0.0.1", p, s.ct).GetTo(s.ctx, dst, 8<<20); err != nil {
 			t.Fatal(err)
 		}
 		want := make([]byte, n)
@@ -672,7 +672,7 @@ func testPutFromGetTo(t *testing.T, ct transport.ConnType) {
 	if bytes.ContainsFunc(s.buf.Bytes(), func(r rune) bool { return r != 0 }) { // fresh buffers are zeroed
 		t.Fatal("the local buffer was written")
 	}
-	if err := s.c.PutFrom(s.ctx, "127.0.0.1", p, make([]byte, 8), parentBufSize, s.ct); !errors.Is(err, status.ErrOutOfRange) {
+	if err := s.c.Peer("127.0.0.1", p, s.ct).PutFrom(s.ctx, make([]byte, 8), parentBufSize); !errors.Is(err, status.ErrOutOfRange) {
 		t.Fatalf("put from past the peer's buffer: %v", err)
 	}
 }

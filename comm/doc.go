@@ -1,9 +1,12 @@
-// Package comm provides the Communicator: one local ConnBuffer bound to many peers, with
-// one-sided put/get (blocking, non-blocking with Wait, and pipelined), streaming send/receive of
+// Package comm provides the Communicator: one local ConnBuffer (and a table of other registered
+// regions) bound to many peers, with one-sided put/get (blocking, non-blocking with Wait, and
+// pipelined), RMA and remote atomics on the peers' registered memory, streaming send/receive of
 // payloads of any size and memory type through the buffer, and rank-addressed control messages.
 //
-// Peers have two names, as in upstream HMC: the (ip, data port) address used by Put and Get,
-// and the rank used by the control plane. Both are learned at ConnectTo, and on the target side
-// from each initiator's handshake. Every blocking call takes a context; no call exits or signals
-// the process.
+// Operations take a Peer: Communicator.Peer names one by its (ip, data port) address and the
+// transport to reach it (AUTO picks shared memory on this host, else TCP), PeerByRank by the
+// rank the control plane knows it by; both names are learned at ConnectTo, and on the target
+// side from each initiator's handshake. The transports are injected through a Registry
+// (DefaultRegistry builds TCP, shared memory and UCX). Every blocking call takes a context; no
+// call exits or signals the process.
 package comm

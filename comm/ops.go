@@ -9,10 +9,10 @@ import (
 	"github.com/hmc-go/hmc/transport"
 )
 
-// Put copies local[localOff, +n) to the peer's region at remoteOff and returns when the bytes
+// put copies local[localOff, +n) to the peer's region at remoteOff and returns when the bytes
 // are visible there (on every transport: a control message sent after Put returns is observed
 // by the target after the bytes). If ctx ends first the target range is left unspecified.
-func (c *Communicator) Put(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct transport.ConnType) error {
+func (c *Communicator) put(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct transport.ConnType) error {
 	ep, err := c.endpoint(ctx, ip, port, ct)
 	if err != nil {
 		return err
@@ -23,9 +23,9 @@ func (c *Communicator) Put(ctx context.Context, ip string, port int, localOff, r
 	return nil
 }
 
-// Get copies the peer's region [remoteOff, +n) into local[localOff, +n) and returns when the
+// get copies the peer's region [remoteOff, +n) into local[localOff, +n) and returns when the
 // bytes are in the local buffer.
-func (c *Communicator) Get(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct transport.ConnType) error {
+func (c *Communicator) get(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct transport.ConnType) error {
 	ep, err := c.endpoint(ctx, ip, port, ct)
 	if err != nil {
 		return err
@@ -36,14 +36,14 @@ func (c *Communicator) Get(ctx context.Context, ip string, port int, localOff, r
 	return nil
 }
 
-// PutNB starts a Put and returns an operation id for Wait. Ids are unique per Communicator and
+// putNB starts a Put and returns an operation id for Wait. Ids are unique per Communicator and
 // never 0. ctx bounds only the posting.
-func (c *Communicator) PutNB(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct transport.ConnType) (uint64, error) {
+func (c *Communicator) putNB(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct transport.ConnType) (uint64, error) {
 	return c.postNB(ctx, true, ip, port, localOff, remoteOff, n, ct)
 }
 
-// GetNB starts a Get and returns an operation id for Wait.
-func (c *Communicator) GetNB(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct transport.ConnType) (uint64, error) {
+// getNB starts a Get and returns an operation id for Wait.
+func (c *Communicator) getNB(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct transport.ConnType) (uint64, error) {
 	return c.postNB(ctx, false, ip, port, localOff, remoteOff, n, ct)
 }
 
@@ -129,15 +129,15 @@ const (
 	DefaultPipelineInflight = 64
 )
 
-// PutPipeline puts n bytes as chunks of chunk bytes (0: 4 MiB) with at most maxInflight
+// putPipeline puts n bytes as chunks of chunk bytes (0: 4 MiB) with at most maxInflight
 // (0: 64) in flight, and returns when all are visible at the target. It works on every
 // transport (upstream: RDMA only).
-func (c *Communicator) PutPipeline(ctx context.Context, ip string, port int, localOff, remoteOff, n, chunk uint64, maxInflight int, ct transport.ConnType) error {
+func (c *Communicator) putPipeline(ctx context.Context, ip string, port int, localOff, remoteOff, n, chunk uint64, maxInflight int, ct transport.ConnType) error {
 	return c.pipeline(ctx, true, ip, port, localOff, remoteOff, n, chunk, maxInflight, ct)
 }
 
-// GetPipeline is PutPipeline for gets.
-func (c *Communicator) GetPipeline(ctx context.Context, ip string, port int, localOff, remoteOff, n, chunk uint64, maxInflight int, ct transport.ConnType) error {
+// getPipeline is PutPipeline for gets.
+func (c *Communicator) getPipeline(ctx context.Context, ip string, port int, localOff, remoteOff, n, chunk uint64, maxInflight int, ct transport.ConnType) error {
 	return c.pipeline(ctx, false, ip, port, localOff, remoteOff, n, chunk, maxInflight, ct)
 }
 
@@ -200,17 +200,17 @@ func (c *Communicator) CtrlRecv(ctx context.Context, peer uint32) (uint64, error
 	return c.ctrl.RecvU64(ctx, peer)
 }
 
-// PutFrom copies src — any host memory of the caller's, not the local buffer — to the peer's
+// putFrom copies src — any host memory of the caller's, not the local buffer — to the peer's
 // region at remoteOff and returns when the bytes are visible there: the zero-copy form of
 // staging src into the local buffer and calling Put. src is read in place by the transport
 // (one-sided RMA), so it must not change until PutFrom returns.
-func (c *Communicator) PutFrom(ctx context.Context, ip string, port int, src []byte, remoteOff uint64, ct transport.ConnType) error {
+func (c *Communicator) putFrom(ctx context.Context, ip string, port int, src []byte, remoteOff uint64, ct transport.ConnType) error {
 	return c.rmaDefault(ctx, true, ip, port, src, remoteOff, ct)
 }
 
-// GetTo copies len(dst) bytes of the peer's region at remoteOff straight into dst, host memory
+// getTo copies len(dst) bytes of the peer's region at remoteOff straight into dst, host memory
 // of the caller's, and returns when they are there.
-func (c *Communicator) GetTo(ctx context.Context, ip string, port int, dst []byte, remoteOff uint64, ct transport.ConnType) error {
+func (c *Communicator) getTo(ctx context.Context, ip string, port int, dst []byte, remoteOff uint64, ct transport.ConnType) error {
 	return c.rmaDefault(ctx, false, ip, port, dst, remoteOff, ct)
 }
 

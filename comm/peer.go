@@ -54,41 +54,67 @@ func (c *Communicator) PeerByRank(rank uint32) (*Peer, error) {
 func (p *Peer) String() string { return fmt.Sprintf("%s:%d/%v", p.ip, p.port, p.ct) }
 
 // Rank returns the peer's control rank, from its connection (ErrNotFound before one exists).
-func (p *Peer) Rank() (uint32, error) { return p.c.PeerRank(p.ip, p.port, p.ct) }
+func (p *Peer) Rank() (uint32, error) { return p.c.peerRank(p.ip, p.port, p.ct) }
 
 // Route returns the transport that carries transfers to the peer (for AUTO, the one chosen).
-func (p *Peer) Route() (transport.ConnType, error) { return p.c.Route(p.ip, p.port, p.ct) }
+func (p *Peer) Route() (transport.ConnType, error) { return p.c.route(p.ip, p.port, p.ct) }
 
 // Put copies local[localOff, +n) of the ConnBuffer to the peer's buffer at remoteOff; it
 // returns when the bytes are visible there.
 func (p *Peer) Put(ctx context.Context, localOff, remoteOff, n uint64) error {
-	return p.c.Put(ctx, p.ip, p.port, localOff, remoteOff, n, p.ct)
+	return p.c.put(ctx, p.ip, p.port, localOff, remoteOff, n, p.ct)
 }
 
 // Get copies the peer's buffer [remoteOff, +n) into local[localOff, +n).
 func (p *Peer) Get(ctx context.Context, localOff, remoteOff, n uint64) error {
-	return p.c.Get(ctx, p.ip, p.port, localOff, remoteOff, n, p.ct)
+	return p.c.get(ctx, p.ip, p.port, localOff, remoteOff, n, p.ct)
 }
 
 // PutNB starts a Put and returns its id for Communicator.Wait.
 func (p *Peer) PutNB(ctx context.Context, localOff, remoteOff, n uint64) (uint64, error) {
-	return p.c.PutNB(ctx, p.ip, p.port, localOff, remoteOff, n, p.ct)
+	return p.c.putNB(ctx, p.ip, p.port, localOff, remoteOff, n, p.ct)
 }
 
 // GetNB starts a Get and returns its id for Communicator.Wait.
 func (p *Peer) GetNB(ctx context.Context, localOff, remoteOff, n uint64) (uint64, error) {
-	return p.c.GetNB(ctx, p.ip, p.port, localOff, remoteOff, n, p.ct)
+	return p.c.getNB(ctx, p.ip, p.port, localOff, remoteOff, n, p.ct)
 }
 
 // PutFrom puts src (any host memory of the caller's) to the peer's buffer at remoteOff.
 func (p *Peer) PutFrom(ctx context.Context, src []byte, remoteOff uint64) error {
-	return p.c.PutFrom(ctx, p.ip, p.port, src, remoteOff, p.ct)
+	return p.c.putFrom(ctx, p.ip, p.port, src, remoteOff, p.ct)
 }
 
 // GetTo gets len(dst) bytes of the peer's buffer at remoteOff into dst.
 func (p *Peer) GetTo(ctx context.Context, dst []byte, remoteOff uint64) error {
-	return p.c.GetTo(ctx, p.ip, p.port, dst, remoteOff, p.ct)
+	return p.c.getTo(ctx, p.ip, p.port, dst, remoteOff, p.ct)
 }
+
+// PutPipeline puts local[localOff, +n) to the peer at remoteOff in chunks of chunk bytes with at
+// most maxInflight in flight (0: defaults), returning when all are visible.
+func (p *Peer) PutPipeline(ctx context.Context, localOff, remoteOff, n, chunk uint64, maxInflight int) error {
+	return p.c.putPipeline(ctx, p.ip, p.port, localOff, remoteOff, n, chunk, maxInflight, p.ct)
+}
+
+// GetPipeline is PutPipeline's reverse.
+func (p *Peer) GetPipeline(ctx context.Context, localOff, remoteOff, n, chunk uint64, maxInflight int) error {
+	return p.c.getPipeline(ctx, p.ip, p.port, localOff, remoteOff, n, chunk, maxInflight, p.ct)
+}
+
+// SendDataTo streams src (any size, any memory type) to the peer, which receives it with
+// RecvDataFrom (see the stream protocol in docs/wire/stream.md).
+func (p *Peer) SendDataTo(ctx context.Context, src Data) error {
+	return p.c.sendDataTo(ctx, p.ip, p.port, src, p.ct)
+}
+
+// RecvDataFrom receives a stream the peer sends with SendDataTo into dst and returns its size.
+func (p *Peer) RecvDataFrom(ctx context.Context, dst Data) (uint64, error) {
+	return p.c.recvDataFrom(ctx, p.ip, p.port, dst, p.ct)
+}
+
+// Check returns nil if a data connection to the peer exists or can be made back to it (it
+// connected to us), else ErrNotFound.
+func (p *Peer) Check() error { return p.c.checkConn(p.ip, p.port, p.ct) }
 
 // rma returns the peer's endpoint as a transport.RMA.
 func (p *Peer) rma(ctx context.Context) (transport.RMA, error) {
@@ -170,4 +196,4 @@ func (p *Peer) CtrlRecv(ctx context.Context) (uint64, error) {
 }
 
 // Disconnect closes the data connection to the peer (the next operation dials again).
-func (p *Peer) Disconnect() error { return p.c.Disconnect(p.ip, p.port, p.ct) }
+func (p *Peer) Disconnect() error { return p.c.disconnect(p.ip, p.port, p.ct) }

@@ -226,17 +226,17 @@ func unwords(m ctrl.Message, n int) ([]uint64, error) {
 	return v, nil
 }
 
-// SendDataTo streams src, of any size and memory type, to the peer at (ip, port), which must
+// sendDataTo streams src, of any size and memory type, to the peer at (ip, port), which must
 // be in RecvDataFrom. Chunks are staged into this side's ring and put into the receiver's ring,
 // staging chunk k+1 while chunk k is on the wire; the receiver drains each slot before handing it
 // back. It returns when the receiver has every byte. One stream runs at a time per
 // Communicator.
-func (c *Communicator) SendDataTo(ctx context.Context, ip string, port int, src Data, ct transport.ConnType) error {
+func (c *Communicator) sendDataTo(ctx context.Context, ip string, port int, src Data, ct transport.ConnType) error {
 	ep, err := c.endpoint(ctx, ip, port, ct)
 	if err != nil {
 		return err
 	}
-	rank, err := c.PeerRank(ip, port, ct)
+	rank, err := c.peerRank(ip, port, ct)
 	if err != nil {
 		return err
 	}
@@ -353,12 +353,12 @@ func (c *Communicator) sendStream(ctx context.Context, ep transport.Endpoint, ra
 	return nil
 }
 
-// RecvDataFrom receives a SendDataTo stream from the peer at (ip, port) into dst and returns
+// recvDataFrom receives a SendDataTo stream from the peer at (ip, port) into dst and returns
 // the number of bytes received. The peer may be one that connected to us (port is then its data
 // listen port, or 0 if it is the only peer from ip). dst.Len is the capacity: a larger payload
 // fails on both sides.
-func (c *Communicator) RecvDataFrom(ctx context.Context, ip string, port int, dst Data, ct transport.ConnType) (uint64, error) {
-	rank, err := c.PeerRank(ip, port, ct)
+func (c *Communicator) recvDataFrom(ctx context.Context, ip string, port int, dst Data, ct transport.ConnType) (uint64, error) {
+	rank, err := c.peerRank(ip, port, ct)
 	if err != nil {
 		return 0, err
 	}

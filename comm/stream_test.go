@@ -48,10 +48,10 @@ func TestStreamRingShapes(t *testing.T) {
 		dst := make([]byte, len(src))
 		done := make(chan error, 1)
 		go func() {
-			_, err := recv.RecvDataFrom(ctx, "127.0.0.1", 0, HostData(dst), transport.TCP)
+			_, err := recv.Peer("127.0.0.1", 0, transport.TCP).RecvDataFrom(ctx, HostData(dst))
 			done <- err
 		}()
-		if err := send.SendDataTo(ctx, "127.0.0.1", port, HostData(src), transport.TCP); err != nil {
+		if err := send.Peer("127.0.0.1", port, transport.TCP).SendDataTo(ctx, HostData(src)); err != nil {
 			t.Fatalf("%+v: %v", sh, err)
 		}
 		if err := <-done; err != nil || !bytes.Equal(src, dst) {

@@ -214,7 +214,7 @@ func hmc_session_connect(h C.uint64_t, peerID, selfID C.uint32_t, peerIP *C.char
 //export hmc_session_check_conn
 func hmc_session_check_conn(h C.uint64_t, ip *C.char, port, conn C.int) C.int {
 	return withSession(h, func(s *hmc.Session) error {
-		return s.Comm().CheckConn(goString(ip), int(port), hmc.ConnType(conn))
+		return s.Comm().Peer(goString(ip), int(port), hmc.ConnType(conn)).Check()
 	})
 }
 
@@ -340,11 +340,12 @@ func pipeline(put bool, h C.uint64_t, ip *C.char, port C.int, localOff, remoteOf
 	return withSession(h, func(s *hmc.Session) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
-		f := s.Comm().GetPipeline
+		p := s.Comm().Peer(goString(ip), int(port), hmc.ConnType(conn))
+		f := p.GetPipeline
 		if put {
-			f = s.Comm().PutPipeline
+			f = p.PutPipeline
 		}
-		return f(ctx, goString(ip), int(port), uint64(localOff), uint64(remoteOff), uint64(n), uint64(chunk), int(maxInflight), hmc.ConnType(conn))
+		return f(ctx, uint64(localOff), uint64(remoteOff), uint64(n), uint64(chunk), int(maxInflight))
 	})
 }
 
@@ -361,7 +362,7 @@ func hmc_session_send_data(h C.uint64_t, ip *C.char, port C.int, src C.uint64_t,
 	return withSession(h, func(s *hmc.Session) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
-		return s.Comm().SendDataTo(ctx, goString(ip), int(port), streamData(src, n, memType, deviceID), hmc.ConnType(conn))
+		return s.Comm().Peer(goString(ip), int(port), hmc.ConnType(conn)).SendDataTo(ctx, streamData(src, n, memType, deviceID))
 	})
 }
 
@@ -370,7 +371,7 @@ func hmc_session_recv_data(h C.uint64_t, ip *C.char, port C.int, dst C.uint64_t,
 	return withSession(h, func(s *hmc.Session) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
-		got, err := s.Comm().RecvDataFrom(ctx, goString(ip), int(port), streamData(dst, capacity, memType, deviceID), hmc.ConnType(conn))
+		got, err := s.Comm().Peer(goString(ip), int(port), hmc.ConnType(conn)).RecvDataFrom(ctx, streamData(dst, capacity, memType, deviceID))
 		if received != nil {
 			*received = C.uint64_t(got)
 		}
