@@ -6,6 +6,8 @@ import (
 	"context"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/transport"
 	"github.com/hmc-go/hmc/transport/transporttest"
@@ -83,4 +85,44 @@ func BenchmarkPutWindow(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkRegisterUCX is what UCX adds to a registration when a peer first resolves the
+// region: ucp_mem_map and ucp_rkey_pack of 1,000 regions of 64 MiB (address space reserved, not
+// touched), over tcp.
+func BenchmarkRegisterUCX(b *testing.B) {
+	const n, size = 1000, 64 << 20
+	mem, err := unix.Mmap(-1, 0, n*size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	tr, err := New(Config{TLS: "tcp"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := tr.(*Transport).acquire()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.(*Transport).release()
+	for b.Loop() {
+		undo := make([]func(), 0, n)
+		for i := range n {
+			memh, unregister, err := w.register(mem[i*size : (i+1)*size])
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := w.packRkey(memh); err != nil {
+				b.Fatal(err)
+			}
+			undo = append(undo, unregister)
+		}
+		b.StopTimer()
+		for _, u := range undo {
+			u()
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/1000regions")
 }

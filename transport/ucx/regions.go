@@ -14,7 +14,6 @@ import (
 	"net"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/status"
@@ -143,17 +142,8 @@ func (r *srvRegions) mapFor(l *srvLink, reg *buffer.Region) ([]byte, uint8) {
 		if err != nil {
 			return nil, lsFailed
 		}
-		var st C.ucs_status_t
-		var rkey []byte
-		w.call(func() {
-			var buf unsafe.Pointer
-			var n C.size_t
-			if st = C.ucp_rkey_pack(w.ctx, memh, &buf, &n); st == C.UCS_OK {
-				rkey = C.GoBytes(buf, C.int(n))
-				C.ucp_rkey_buffer_release(buf)
-			}
-		})
-		if st != C.UCS_OK || len(rkey) == 0 || len(rkey) > maxBlob {
+		rkey, err := w.packRkey(memh)
+		if err != nil || len(rkey) == 0 || len(rkey) > maxBlob {
 			unregister()
 			return nil, lsFailed
 		}

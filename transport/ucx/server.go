@@ -66,20 +66,11 @@ func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error)
 		t.release()
 		return nil, err
 	}
-	var st C.ucs_status_t
-	w.call(func() {
-		var buf unsafe.Pointer
-		var n C.size_t
-		if st = C.ucp_rkey_pack(w.ctx, s.memh, &buf, &n); st == C.UCS_OK {
-			s.rkey = C.GoBytes(buf, C.int(n))
-			C.ucp_rkey_buffer_release(buf)
-		}
-	})
-	if st != C.UCS_OK {
+	if s.rkey, err = w.packRkey(s.memh); err != nil {
 		s.unregister()
 		_ = l.Close()
 		t.release()
-		return nil, ucsErr("rkey pack", st)
+		return nil, err
 	}
 	table := cfg.Regions
 	if table == nil {

@@ -410,6 +410,24 @@ func (w *worker) memUnmap(memh C.ucp_mem_h) {
 	w.call(func() { C.ucp_mem_unmap(w.ctx, memh) })
 }
 
+// packRkey packs the remote key peers need to reach memory registered as memh.
+func (w *worker) packRkey(memh C.ucp_mem_h) ([]byte, error) {
+	var st C.ucs_status_t
+	var rkey []byte
+	w.call(func() {
+		var buf unsafe.Pointer
+		var n C.size_t
+		if st = C.ucp_rkey_pack(w.ctx, memh, &buf, &n); st == C.UCS_OK {
+			rkey = C.GoBytes(buf, C.int(n))
+			C.ucp_rkey_buffer_release(buf)
+		}
+	})
+	if st != C.UCS_OK {
+		return nil, ucsErr("rkey pack", st)
+	}
+	return rkey, nil
+}
+
 // register returns a handle for host memory b: that of the UCX allocation holding it
 // (NewHostBuffer's, in this worker's context), which stays NewHostBuffer's to unmap, else a
 // new registration. unregister undoes what register did.
