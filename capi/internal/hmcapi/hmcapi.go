@@ -185,8 +185,7 @@ func hmc_session_data_port(h C.uint64_t) C.int {
 		setError(err.Error())
 		return -1
 	}
-	p, _ := splitPort(s.Comm().DataAddr(hmc.TCP))
-	return C.int(p)
+	return C.int(s.DataPort())
 }
 
 //export hmc_session_ctrl_port
@@ -196,10 +195,7 @@ func hmc_session_ctrl_port(h C.uint64_t) C.int {
 		setError(err.Error())
 		return -1
 	}
-	if a := s.Comm().CtrlAddr(); a != nil {
-		return C.int(a.Port)
-	}
-	return 0
+	return C.int(s.CtrlPort())
 }
 
 //export hmc_session_connect

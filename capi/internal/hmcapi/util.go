@@ -4,8 +4,6 @@ package hmcapi
 
 import (
 	"fmt"
-	"net"
-	"strconv"
 	"sync"
 
 	"github.com/hmc-go/hmc/ctrl"
@@ -14,15 +12,6 @@ import (
 
 // allocs maps device addresses handed to C back to their buffers, for hmc_memory_free.
 var allocs sync.Map
-
-func splitPort(addr string) (int, string) {
-	h, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		return 0, ""
-	}
-	n, _ := strconv.Atoi(p)
-	return n, h
-}
 
 // ctrlType maps a C message type to a control-plane type: 0 means CTRL_STRUCT; HMC-Go's
 // internal types (0x0100 and up) are not the caller's to send.
