@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -283,6 +284,22 @@ func FuzzLinkMessages(f *testing.F) {
 			r.encode(&again)
 			if again != p {
 				t.Fatalf("response % x re-encodes as % x", p, again)
+			}
+		}
+	})
+}
+
+// The hello and the offer: decoding never panics; a decoded hello keeps what it was given (an
+// IP within bounds), and a decoded offer re-encodes to the same bytes (reserved fields zero).
+func FuzzHelloOffer(f *testing.F) {
+	f.Add(hello{rank: 1, listenPort: 2, ip: "10.0.0.1"}.encode(), offer{version: version, size: 4096}.encode())
+	f.Fuzz(func(t *testing.T, h, o []byte) {
+		if d, err := decodeHello(h); err == nil && (len(d.ip) > maxIPLen || d.version < minVersion || d.version > version) {
+			t.Fatalf("hello accepted: %+v", d)
+		}
+		if d, err := decodeOffer(o); err == nil {
+			if again := d.encode(); !bytes.Equal(again, o) {
+				t.Fatalf("offer % x re-encodes as % x", o, again)
 			}
 		}
 	})

@@ -60,6 +60,9 @@ func decodeHello(b []byte) (hello, error) {
 	if n > maxIPLen {
 		return hello{}, fmt.Errorf("shm: hello IP of %d bytes: %w", n, status.ErrProtocol)
 	}
+	if b[13] != 0 || b[14] != 0 || b[15] != 0 || strings.Trim(string(b[16+n:]), "\x00") != "" {
+		return hello{}, fmt.Errorf("shm: reserved hello bytes set: %w", status.ErrProtocol)
+	}
 	return hello{version: min(v, version), rank: binary.LittleEndian.Uint32(b[8:]), listenPort: binary.LittleEndian.Uint16(b[6:]), ip: string(b[16 : 16+n])}, nil
 }
 
@@ -88,6 +91,9 @@ func decodeOffer(b []byte) (offer, error) {
 	o.version = binary.LittleEndian.Uint16(b[4:])
 	if o.version < minVersion || o.version > version {
 		return o, fmt.Errorf("shm: target runs version %d, initiator %d..%d: %w", o.version, minVersion, version, status.ErrUnsupported)
+	}
+	if binary.LittleEndian.Uint16(b[6:]) != 0 {
+		return o, fmt.Errorf("shm: reserved offer bits set: %w", status.ErrProtocol)
 	}
 	o.size = binary.LittleEndian.Uint64(b[8:])
 	copy(o.bootID[:], b[16:16+bootIDSize])

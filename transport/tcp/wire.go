@@ -119,6 +119,9 @@ func decodeWelcome(b []byte) (welcome, error) {
 	if v < minVersion || v > version {
 		return welcome{}, fmt.Errorf("tcp: target runs version %d, initiator %d..%d: %w", v, minVersion, version, status.ErrUnsupported)
 	}
+	if binary.LittleEndian.Uint16(b[6:]) != 0 || binary.LittleEndian.Uint32(b[12:]) != 0 {
+		return welcome{}, fmt.Errorf("tcp: reserved welcome bits set: %w", status.ErrProtocol)
+	}
 	return welcome{version: v, rank: binary.LittleEndian.Uint32(b[8:]), regionSize: binary.LittleEndian.Uint64(b[16:])}, nil
 }
 
@@ -184,6 +187,9 @@ func decodeResponse(b *[respSize]byte) (response, error) {
 	r := response{op: b[0], status: b[1], id: binary.LittleEndian.Uint64(b[8:])}
 	if r.op != opPutAck && r.op != opGetData && r.op != opAtomicAck {
 		return r, fmt.Errorf("tcp: unknown response op %#x: %w", r.op, status.ErrProtocol)
+	}
+	if binary.LittleEndian.Uint16(b[2:]) != 0 || binary.LittleEndian.Uint32(b[4:]) != 0 {
+		return r, fmt.Errorf("tcp: reserved response bits set: %w", status.ErrProtocol)
 	}
 	if r.status > stMisaligned {
 		return r, fmt.Errorf("tcp: unknown response status %d: %w", r.status, status.ErrProtocol)

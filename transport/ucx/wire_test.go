@@ -80,3 +80,18 @@ func FuzzLinkMsg(f *testing.F) {
 		}
 	})
 }
+
+// The welcome: reading never panics, never allocates past maxBlob, and whatever reads encodes
+// back to the bytes it came from.
+func FuzzReadWelcome(f *testing.F) {
+	f.Add(welcome{version: version, rank: 3, regionAddr: 1 << 40, regionSize: 4096, rkey: []byte{1, 2}, workerAddr: []byte{9}}.encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		w, err := readWelcome(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		if again := w.encode(); !bytes.Equal(again, b[:len(again)]) {
+			t.Fatalf("welcome % x re-encodes as % x", b, again)
+		}
+	})
+}
