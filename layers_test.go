@@ -12,7 +12,7 @@ var layers = map[string]int{
 	"status": 0, "internal/acceptor": 0, "internal/etcdproc": 0, "internal/etcdtest": 1, "internal/peercred": 1, "memory": 1,
 	"buffer": 2, "ctrl": 2, "coord/store": 2, "coord/store/storetest": 2, "coord/group": 2,
 	"transport": 3, "transport/tcp": 3, "transport/shm": 3, "transport/transporttest": 3, "transport/ucx": 3,
-	"comm": 4, "collective": 5,
+	"comm": 4, "collective": 5, "metrics": 5,
 	"": 6, "bench": 6, "cmd/hmc": 7, "capi": 7,
 	"capi/internal/cabi": 7, "capi/internal/hmcapi": 7, "capi/internal/storeapi": 7,
 }
@@ -29,7 +29,8 @@ var outside = map[string][]string{
 	"transport/shm":     {"golang.org/x/sys/", "github.com/ebitengine/purego"},
 	"transport/ucx":     {"golang.org/x/sys/"},
 	"bench":             {"gonum.org/v1/plot"},
-	"cmd/hmc":           {"github.com/spf13/cobra", "github.com/schollz/progressbar/", "golang.org/x/term"},
+	"metrics":           {"github.com/prometheus/client_golang/"},
+	"cmd/hmc":           {"github.com/spf13/cobra", "github.com/schollz/progressbar/", "golang.org/x/term", "github.com/prometheus/client_golang/"},
 }
 
 // TestImportsPointDown checks every package's imports against the layer table and the

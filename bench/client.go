@@ -57,6 +57,9 @@ type Config struct {
 	// straight into the target's. The server must be started with the same setting.
 	UCXAlloc bool
 	Verify   bool // checksum every transfer at the target (untimed)
+	// Observer, if set, is told of every blocking operation (comm.Config.Observer): the CLI's
+	// --metrics counts them for Prometheus.
+	Observer comm.Observer
 	// Progress, if set, is called after every timed iteration.
 	Progress func(size uint64, iter, iters int)
 }
@@ -203,8 +206,8 @@ func Run(ctx context.Context, cfg Config, onResult func(Result)) error {
 	defer buf.Close()
 	arr := newArrivals()
 	c, err := comm.New(buf, comm.Config{NumChannels: cfg.Lanes, TCP: tcp.Config{ChunkSize: cfg.Chunk, BusyPoll: cfg.BusyPoll},
-		OnRemoteWrite: arr.notify,
-		Stream:        comm.StreamConfig{SlotSize: min(4<<20, max(maxSize/4, 64<<10), buf.Size()/2)}})
+		OnRemoteWrite: arr.notify, Observer: cfg.Observer,
+		Stream: comm.StreamConfig{SlotSize: min(4<<20, max(maxSize/4, 64<<10), buf.Size()/2)}})
 	if err != nil {
 		return err
 	}

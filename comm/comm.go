@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/ctrl"
@@ -53,8 +54,21 @@ type Config struct {
 	// Transports where the target takes no part in a put (SHM) do not call it.
 	// Use it to wait for data instead of polling the buffer (see transport.ServerConfig.OnWrite).
 	OnRemoteWrite func(off, n uint64)
+	// Observer, if set, is told of every blocking operation on a Peer when it ends (the
+	// metrics package counts them for Prometheus); nil observes nothing.
+	Observer Observer
 	// Logger receives connection events; nil means silent.
 	Logger *slog.Logger
+}
+
+// Observer is told of the operations a Communicator's peers complete: what (op: "put", "get",
+// "put_from", "get_to", "write", "read", "atomic", "put_pipeline", "get_pipeline", "send_data",
+// "recv_data"), over which transport (the route taken; the kind asked for if none was made),
+// to which peer ("ip:port"), how many bytes, how long, and the error (nil: success). It is
+// called on the operation's goroutine after it ended: it must be cheap and safe for concurrent
+// use.
+type Observer interface {
+	Observe(op string, route transport.ConnType, peer string, bytes uint64, d time.Duration, err error)
 }
 
 type peerKey struct {

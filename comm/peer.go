@@ -3,6 +3,9 @@ package comm
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
+	"time"
 
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/status"
@@ -62,12 +65,12 @@ func (p *Peer) Route() (transport.ConnType, error) { return p.c.route(p.ip, p.po
 // Put copies local[localOff, +n) of the ConnBuffer to the peer's buffer at remoteOff; it
 // returns when the bytes are visible there.
 func (p *Peer) Put(ctx context.Context, localOff, remoteOff, n uint64) error {
-	return p.c.put(ctx, p.ip, p.port, localOff, remoteOff, n, p.ct)
+	return p.track("put", n, time.Now(), p.c.put(ctx, p.ip, p.port, localOff, remoteOff, n, p.ct))
 }
 
 // Get copies the peer's buffer [remoteOff, +n) into local[localOff, +n).
 func (p *Peer) Get(ctx context.Context, localOff, remoteOff, n uint64) error {
-	return p.c.get(ctx, p.ip, p.port, localOff, remoteOff, n, p.ct)
+	return p.track("get", n, time.Now(), p.c.get(ctx, p.ip, p.port, localOff, remoteOff, n, p.ct))
 }
 
 // PutNB starts a Put and returns its id for Communicator.Wait.
@@ -82,39 +85,55 @@ func (p *Peer) GetNB(ctx context.Context, localOff, remoteOff, n uint64) (uint64
 
 // PutFrom puts src (any host memory of the caller's) to the peer's buffer at remoteOff.
 func (p *Peer) PutFrom(ctx context.Context, src []byte, remoteOff uint64) error {
-	return p.c.putFrom(ctx, p.ip, p.port, src, remoteOff, p.ct)
+	return p.track("put_from", uint64(len(src)), time.Now(), p.c.putFrom(ctx, p.ip, p.port, src, remoteOff, p.ct))
 }
 
 // GetTo gets len(dst) bytes of the peer's buffer at remoteOff into dst.
 func (p *Peer) GetTo(ctx context.Context, dst []byte, remoteOff uint64) error {
-	return p.c.getTo(ctx, p.ip, p.port, dst, remoteOff, p.ct)
+	return p.track("get_to", uint64(len(dst)), time.Now(), p.c.getTo(ctx, p.ip, p.port, dst, remoteOff, p.ct))
 }
 
 // PutPipeline puts local[localOff, +n) to the peer at remoteOff in chunks of chunk bytes with at
 // most maxInflight in flight (0: defaults), returning when all are visible.
 func (p *Peer) PutPipeline(ctx context.Context, localOff, remoteOff, n, chunk uint64, maxInflight int) error {
-	return p.c.putPipeline(ctx, p.ip, p.port, localOff, remoteOff, n, chunk, maxInflight, p.ct)
+	return p.track("put_pipeline", n, time.Now(), p.c.putPipeline(ctx, p.ip, p.port, localOff, remoteOff, n, chunk, maxInflight, p.ct))
 }
 
 // GetPipeline is PutPipeline's reverse.
 func (p *Peer) GetPipeline(ctx context.Context, localOff, remoteOff, n, chunk uint64, maxInflight int) error {
-	return p.c.getPipeline(ctx, p.ip, p.port, localOff, remoteOff, n, chunk, maxInflight, p.ct)
+	return p.track("get_pipeline", n, time.Now(), p.c.getPipeline(ctx, p.ip, p.port, localOff, remoteOff, n, chunk, maxInflight, p.ct))
 }
 
 // SendDataTo streams src (any size, any memory type) to the peer, which receives it with
 // RecvDataFrom (see the stream protocol in docs/wire/stream.md).
 func (p *Peer) SendDataTo(ctx context.Context, src Data) error {
-	return p.c.sendDataTo(ctx, p.ip, p.port, src, p.ct)
+	start := time.Now()
+	return p.track("send_data", src.Len, start, p.c.sendDataTo(ctx, p.ip, p.port, src, p.ct))
 }
 
 // RecvDataFrom receives a stream the peer sends with SendDataTo into dst and returns its size.
 func (p *Peer) RecvDataFrom(ctx context.Context, dst Data) (uint64, error) {
-	return p.c.recvDataFrom(ctx, p.ip, p.port, dst, p.ct)
+	start := time.Now()
+	n, err := p.c.recvDataFrom(ctx, p.ip, p.port, dst, p.ct)
+	return n, p.track("recv_data", n, start, err)
 }
 
 // Check returns nil if a data connection to the peer exists or can be made back to it (it
 // connected to us), else ErrNotFound.
 func (p *Peer) Check() error { return p.c.checkConn(p.ip, p.port, p.ct) }
+
+// track tells the Communicator's Observer, if any, that op on n bytes started at start ended
+// with err, and returns err.
+func (p *Peer) track(op string, n uint64, start time.Time, err error) error {
+	if o := p.c.cfg.Observer; o != nil {
+		route, rerr := p.c.route(p.ip, p.port, p.ct)
+		if rerr != nil {
+			route = p.ct
+		}
+		o.Observe(op, route, net.JoinHostPort(p.ip, strconv.Itoa(p.port)), n, time.Since(start), err)
+	}
+	return err
+}
 
 // rma returns the peer's endpoint as a transport.RMA.
 func (p *Peer) rma(ctx context.Context) (transport.RMA, error) {
@@ -132,7 +151,8 @@ func (p *Peer) rma(ctx context.Context) (transport.RMA, error) {
 // Write copies src to the peer's registered memory at dst (a region key and offset, or an
 // address in the peer; transport.DefaultRegion names its ConnBuffer) and returns when the bytes
 // are visible there.
-func (p *Peer) Write(ctx context.Context, src []byte, dst transport.Remote) error {
+func (p *Peer) Write(ctx context.Context, src []byte, dst transport.Remote) (err error) {
+	defer func(start time.Time) { p.track("write", uint64(len(src)), start, err) }(time.Now())
 	r, err := p.rma(ctx)
 	if err != nil {
 		return err
@@ -148,7 +168,8 @@ func (p *Peer) Write(ctx context.Context, src []byte, dst transport.Remote) erro
 }
 
 // Read copies len(dst) bytes of the peer's registered memory at src into dst.
-func (p *Peer) Read(ctx context.Context, dst []byte, src transport.Remote) error {
+func (p *Peer) Read(ctx context.Context, dst []byte, src transport.Remote) (err error) {
+	defer func(start time.Time) { p.track("read", uint64(len(dst)), start, err) }(time.Now())
 	r, err := p.rma(ctx)
 	if err != nil {
 		return err
@@ -165,13 +186,13 @@ func (p *Peer) Read(ctx context.Context, dst []byte, src transport.Remote) error
 
 // Atomic runs op on the aligned 64-bit word of the peer's registered memory at dst and returns
 // the word's previous value.
-func (p *Peer) Atomic(ctx context.Context, op buffer.AtomicOp, dst transport.Remote, operand, compare uint64) (uint64, error) {
+func (p *Peer) Atomic(ctx context.Context, op buffer.AtomicOp, dst transport.Remote, operand, compare uint64) (old uint64, err error) {
+	defer func(start time.Time) { p.track("atomic", 8, start, err) }(time.Now())
 	r, err := p.rma(ctx)
 	if err != nil {
 		return 0, err
 	}
-	old, err := r.Atomic(ctx, op, dst, operand, compare)
-	if err != nil {
+	if old, err = r.Atomic(ctx, op, dst, operand, compare); err != nil {
 		return 0, fmt.Errorf("comm: %v on %v at %+v: %w", op, p, dst, err)
 	}
 	return old, nil

@@ -29,7 +29,7 @@ type benchFlags struct {
 	iters, warmup, lanes, window                         int
 	duration, busyPoll                                   time.Duration
 	verify, jsonOut, quiet, ucxAlloc                     bool
-	serverIP                                             string
+	serverIP, metrics                                    string
 	dataPort, ctrlPort                                   int
 }
 
@@ -51,6 +51,7 @@ func (f *benchFlags) add(cmd *cobra.Command) {
 	fl.BoolVar(&f.verify, "verify", false, "checksum every transfer at the target (untimed)")
 	fl.BoolVar(&f.jsonOut, "json", false, "one JSON object per line instead of a table")
 	fl.StringVar(&f.plot, "plot", "", "write a bandwidth-vs-size PNG chart to this file")
+	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics of the run's operations at http://ADDR/metrics, e.g. 127.0.0.1:9100")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress bar (it is shown only when stderr is a terminal)")
 	fl.DurationVar(&f.busyPoll, "busy-poll", 0, "spin on socket reads this long before parking, on both sides: lower latency, one busy core per lane (default 0; 100us with --op lat and pingpong)")
 }
@@ -122,6 +123,14 @@ func (f *benchFlags) clientRunE(peer func(context.Context, *bench.Config) (func(
 		}
 		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 		defer stop()
+		m, stopMetrics, err := startMetrics(ctx, f.metrics, cmd.ErrOrStderr())
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+		if m != nil {
+			cfg.Observer = m
+		}
 		done, err := peer(ctx, &cfg)
 		if err != nil {
 			return err

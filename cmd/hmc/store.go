@@ -28,7 +28,7 @@ func storeCmd() *cobra.Command {
 }
 
 func storeServeCmd() *cobra.Command {
-	var listen, secretFile, cert, key, ca string
+	var listen, secretFile, cert, key, ca, metricsAddr string
 	var world int
 	var linkTimeout time.Duration
 	cmd := &cobra.Command{
@@ -53,14 +53,22 @@ func storeServeCmd() *cobra.Command {
 				return err
 			}
 			cfg.TLS = tcfg
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			m, stopMetrics, err := startMetrics(ctx, metricsAddr, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
+			if m != nil {
+				cfg.OnEvent = m.StoreEvent
+			}
 			srv, err := store.Listen(listen, cfg)
 			if err != nil {
 				return err
 			}
 			defer srv.Close()
 			fmt.Fprintln(cmd.OutOrStdout(), "serving", srv.URL())
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			<-ctx.Done()
 			return nil
 		},
@@ -68,6 +76,7 @@ func storeServeCmd() *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&listen, "listen", "tcp://127.0.0.1:7000", "tcp://ip:port (IPv6 in brackets; port 0 picks one)")
 	fl.IntVar(&world, "world", 0, "world size for ranks (0: the first ranked client's)")
+	fl.StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics (rank events) at http://ADDR/metrics, e.g. 127.0.0.1:9100")
 	fl.StringVar(&secretFile, "secret-file", "", "demand this shared secret from every client (HMAC challenge)")
 	fl.StringVar(&cert, "tls-cert", "", "serve TLS 1.3 with this certificate (PEM)")
 	fl.StringVar(&key, "tls-key", "", "the certificate's private key (PEM)")

@@ -39,6 +39,11 @@ type ServerConfig struct {
 	MaxQueued int
 	// Logger receives link events; nil discards them.
 	Logger *slog.Logger
+	// OnEvent, if set, is told of link and rank events as they happen: "rank_joined",
+	// "rank_left" (its client closed the link), "rank_lost" (the link was lost), "refused" (a
+	// client refused at connect: bad request, authentication, rank taken), with the rank
+	// concerned (NoRank when none). It must not block (metrics.Metrics.StoreEvent counts them).
+	OnEvent func(event string, rank int)
 }
 
 // Server is the embedded config store: the whole job state in memory, served over TCP.
@@ -190,12 +195,14 @@ func (s *Server) serve(c net.Conn) {
 	req, err := decodeConnectReq(reqb)
 	if err != nil {
 		s.log.Warn("store: bad connect request", "remote", c.RemoteAddr(), "err", err)
+		s.event("refused", NoRank)
 		_ = writeResult(c, CodeOf(err))
 		return
 	}
 	if len(s.cfg.Secret) > 0 {
 		if err := serverAuth(c, s.cfg.Secret, reqb); err != nil {
 			s.log.Warn("store: authentication failed", "remote", c.RemoteAddr(), "err", err)
+			s.event("refused", NoRank)
 			return
 		}
 	}
@@ -203,6 +210,11 @@ func (s *Server) serve(c net.Conn) {
 	l.lastSeen.Store(time.Now().UnixNano())
 	if err := s.addLink(l, req); err != nil {
 		s.log.Warn("store: link refused", "remote", c.RemoteAddr(), "err", err)
+		rank := NoRank
+		if req.Rank != noRankWire {
+			rank = int(req.Rank)
+		}
+		s.event("refused", rank)
 		_ = writeResult(c, CodeOf(err))
 		return
 	}
@@ -260,9 +272,17 @@ func (s *Server) addLink(l *link, req connectReq) error {
 		}
 		s.rankLink[r] = l
 		l.rank = r
+		s.event("rank_joined", r)
 	}
 	s.links[l] = struct{}{}
 	return nil
+}
+
+// event tells ServerConfig.OnEvent, if set.
+func (s *Server) event(what string, rank int) {
+	if s.cfg.OnEvent != nil {
+		s.cfg.OnEvent(what, rank)
+	}
 }
 
 // dropLink forgets a link: its parked Gets, its rank (reported to subscribers), and the whole
@@ -280,8 +300,10 @@ func (s *Server) dropLink(l *link, why error) {
 		// says which it was.
 		if errors.Is(why, io.EOF) {
 			s.log.Info("store: rank left (its client closed the link)", "rank", l.rank)
+			s.event("rank_left", l.rank)
 		} else {
 			s.log.Warn("store: rank down (link lost)", "rank", l.rank, "err", why)
+			s.event("rank_lost", l.rank)
 		}
 		var v [4]byte
 		binary.LittleEndian.PutUint32(v[:], uint32(l.rank))

@@ -3,10 +3,12 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -67,5 +69,41 @@ func TestOpenNoStoreSaysWhy(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("took %v", d)
+	}
+}
+
+// The server tells OnEvent of ranks joining and leaving, and of refused clients.
+func TestServerEvents(t *testing.T) {
+	var mu sync.Mutex
+	var events []string
+	srv, err := store.Listen("tcp://127.0.0.1:0", store.ServerConfig{OnEvent: func(e string, rank int) {
+		mu.Lock()
+		events = append(events, fmt.Sprintf("%s %d", e, rank))
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+	a, err := store.Open(ctx, srv.URL(), store.Config{Ranking: store.Explicit, Rank: 2, WorldSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Open(ctx, srv.URL(), store.Config{Ranking: store.Explicit, Rank: 2, WorldSize: 4}); err == nil {
+		t.Fatal("a second client got rank 2")
+	}
+	_ = a.Close()
+	want := []string{"rank_joined 2", "refused 2", "rank_left 2"}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		got := strings.Join(events, ", ")
+		mu.Unlock()
+		if got == strings.Join(want, ", ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("events %q, want %q", got, want)
+		}
 	}
 }
