@@ -131,11 +131,15 @@ func (e *endpoint) revoked(k buffer.Key) error {
 			var done bool
 			w.call(func() {
 				r.dead = true
-				if !flushed && r.inflight == 0 && !e.closed.Load() {
-					flushed = true // everything posted before is visible at the target once this completes
-					var st C.ucs_status_t
-					if req := C.hmc_flush(e.ep, &st); st == C.UCS_OK && req != nil {
-						w.add(&pend{req: req, reg: r, what: "revoke flush"})
+				if !flushed && r.inflight == 0 {
+					flushed = true
+					// Everything posted before is visible at the target once this flush
+					// completes; a closing endpoint's own drain flushes instead.
+					if !e.closed.Load() {
+						var st C.ucs_status_t
+						if req := C.hmc_flush(e.ep, &st); st == C.UCS_OK && req != nil {
+							w.add(&pend{req: req, reg: r, what: "revoke flush"})
+						}
 					}
 				}
 				w.progress()
