@@ -66,7 +66,11 @@ func childServer() error {
 	}
 	defer c.Close()
 	uds := os.Getenv("HMC_COMM_UDS")
-	if err := c.InitServer("127.0.0.1", 0, 0, uds, transport.AUTO); err != nil {
+	bind := os.Getenv("HMC_COMM_BIND") // another network namespace's address (netns tests)
+	if bind == "" {
+		bind = "127.0.0.1"
+	}
+	if err := c.InitServer(bind, 0, 0, uds, transport.AUTO); err != nil {
 		return err
 	}
 	ucxPort := 0
@@ -149,11 +153,18 @@ type child struct {
 	done     chan error
 }
 
-func startChild(t *testing.T) *child {
+func startChild(t *testing.T) *child { return startChildIn(t, "", "") }
+
+// startChildIn starts the child in network namespace ns (none: this one), its servers bound to
+// bind (none: 127.0.0.1).
+func startChildIn(t *testing.T, ns, bind string) *child {
 	t.Helper()
 	uds := ctrl.UDSPathFor(t.TempDir(), 0)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "HMC_COMM_CHILD=server", "HMC_COMM_UDS="+uds)
+	if ns != "" {
+		cmd = exec.Command("ip", "netns", "exec", ns, os.Args[0], "-test.run=^$")
+	}
+	cmd.Env = append(os.Environ(), "HMC_COMM_CHILD=server", "HMC_COMM_UDS="+uds, "HMC_COMM_BIND="+bind)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
