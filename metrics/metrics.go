@@ -1,5 +1,5 @@
 // Package metrics exports HMC-Go's activity to Prometheus: operations, bytes and latency by
-// operation, transport and peer (it is a comm.Observer), and config-store events, with an
+// operation, transport and peer (it is a comm.Observer), config-store and group events, with an
 // opt-in HTTP endpoint that serves them. Nothing is collected unless a program asks for it.
 package metrics
 
@@ -24,6 +24,7 @@ type Metrics struct {
 	bytes *prometheus.CounterVec
 	lat   *prometheus.HistogramVec
 	store *prometheus.CounterVec
+	group *prometheus.CounterVec
 }
 
 // New makes the collectors and registers them with reg (prometheus.NewRegistry() for a
@@ -43,8 +44,11 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		store: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "hmc", Name: "store_events_total",
 			Help: "Config-store server events: rank_joined, rank_left (closed its link), rank_lost (link lost), refused."},
 			[]string{"event"}),
+		group: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "hmc", Name: "group_events_total",
+			Help: "Group engine events: member_down, view (a new membership version)."},
+			[]string{"event"}),
 	}
-	for _, c := range []prometheus.Collector{m.ops, m.bytes, m.lat, m.store} {
+	for _, c := range []prometheus.Collector{m.ops, m.bytes, m.lat, m.store, m.group} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: %w: %w", status.ErrInvalidConfig, err)
 		}
@@ -64,6 +68,9 @@ func (m *Metrics) Observe(op string, route transport.ConnType, peer string, n ui
 
 // StoreEvent counts one config-store server event (store.ServerConfig.OnEvent).
 func (m *Metrics) StoreEvent(event string, _ int) { m.store.WithLabelValues(event).Inc() }
+
+// GroupEvent counts one group-engine event (group.Config.OnEvent).
+func (m *Metrics) GroupEvent(event string, _ int) { m.group.WithLabelValues(event).Inc() }
 
 // Serve serves g's metrics at http://addr/metrics until ctx ends or stop is called, and returns
 // the address it listens on (addr may have port 0).

@@ -31,6 +31,7 @@ func TestServeScrape(t *testing.T) {
 	m.Observe("put", transport.SHM, "127.0.0.1:2025", 4096, 3*time.Microsecond, nil)
 	m.Observe("get", transport.TCP, "10.0.0.2:2025", 8, time.Millisecond, fmt.Errorf("x: %w", status.ErrTimeout))
 	m.StoreEvent("rank_left", 3)
+	m.GroupEvent("member_down", 2)
 	addr, stop, err := Serve(context.Background(), "127.0.0.1:0", reg)
 	if err != nil {
 		t.Fatal(err)
@@ -47,6 +48,7 @@ func TestServeScrape(t *testing.T) {
 		`hmc_operations_total{code="TIMEOUT",op="get",peer="10.0.0.2:2025",transport="tcp"} 1`,
 		`hmc_operation_seconds_count{op="put",peer="127.0.0.1:2025",transport="shm"} 2`,
 		`hmc_store_events_total{event="rank_left"} 1`,
+		`hmc_group_events_total{event="member_down"} 1`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("scrape lacks %s", want)

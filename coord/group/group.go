@@ -21,6 +21,10 @@ type Config struct {
 	Size int
 	// Timeout is the deadline of a wait whose context has none. Default 120 s.
 	Timeout time.Duration
+	// OnEvent, if set, is told of membership events as they happen: "member_down" (a member's
+	// store link was lost or closed) with its rank, and "view" (a new membership version) with
+	// the view's member count. It must not block (metrics.Metrics.GroupEvent counts them).
+	OnEvent func(event string, n int)
 	// Logger receives membership events; nil discards them.
 	Logger *slog.Logger
 }
@@ -367,6 +371,9 @@ func (g *Group) adopt(v View) {
 	}
 	g.mu.Unlock()
 	g.log.Info("group: view", "version", v.Version, "members", v.Members)
+	if g.cfg.OnEvent != nil {
+		g.cfg.OnEvent("view", len(v.Members))
+	}
 	for _, f := range fns {
 		f(old, v)
 	}
@@ -413,6 +420,9 @@ func (g *Group) rankDown(r int) {
 		g.pending = append(g.pending, r)
 	}
 	g.mu.Unlock()
+	if g.cfg.OnEvent != nil {
+		g.cfg.OnEvent("member_down", r)
+	}
 	for _, f := range fails {
 		f(r)
 	}

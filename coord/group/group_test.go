@@ -395,3 +395,25 @@ func TestLoneMemberSaysWhoIsMissing(t *testing.T) {
 		}
 	})
 }
+
+// OnEvent is told of views and of a member going down.
+func TestGroupEvents(t *testing.T) {
+	backends(t, func(t *testing.T, open opener) {
+		cs := ranked(t, open, 2)
+		events := make(chan string, 16)
+		cfg := group.Config{Size: 2, OnEvent: func(e string, n int) { events <- fmt.Sprintf("%s %d", e, n) }}
+		_ = newGroup(t, cs[0], "events", cfg)
+		_ = cs[1].Close() // rank 1 goes down
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case e := <-events:
+				if e == "member_down 1" {
+					return
+				}
+			case <-deadline:
+				t.Fatal("no member_down event for rank 1")
+			}
+		}
+	})
+}
