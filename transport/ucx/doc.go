@@ -25,6 +25,10 @@
 //     size, packed rkey and the server's worker address; it then creates a ucp endpoint (peer
 //     error handling) and unpacks the rkey. The bootstrap socket stays open as the liveness link:
 //     when it ends, transfers fail with status.ErrPeerClosed.
+//   - On a version-2 link the server also serves the process's region table (transport.RMA):
+//     an initiator resolves a region by key or address on the bootstrap link, the server
+//     registers it with UCX on first use and sends its rkey; atomics use ucp_atomic_op_nbx.
+//     Deregistering revokes the rkey at every peer that holds it, and waits for them.
 //   - Put = ucp_put_nbx + ucp_ep_flush_nbx (the put is visible at the target when the flush
 //     completes); Get = ucp_get_nbx. Ranges are checked against the size the target declared
 //     before anything is posted.
