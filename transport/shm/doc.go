@@ -9,6 +9,15 @@
 // as a liveness link: when the target exits, the mapping stays valid (the memory lives while
 // mapped: no SIGBUS) and later transfers fail with ErrPeerClosed.
 //
+// Admission: both ends check the other's user (SO_PEERCRED) before anything is sent; only this
+// process's user, or users listed in Config.AllowUIDs, get the descriptor.
+//
+// Registered regions (link version 2): an initiator asks the target on the link where a region
+// of its table is (by key or address); a region with a memfd is mapped and cached, one without
+// is reached with cross-memory attach; atomics run with sync/atomic on the mapping. A shared
+// control page lets the owner's Deregister wait for peers' copies in flight without taking
+// part in any of them.
+//
 // Memory ordering: a Put's copy completes before PutAsync returns; any later system call that
 // tells the target (a control message on a socket) is ordered after those stores (x86-TSO, and
 // the kernel's full barriers on socket send/receive on every architecture Go supports), so a

@@ -9,6 +9,9 @@
 //
 // The initiator cuts transfers larger than the chunk size into chunks spread round-robin over the
 // lanes; each lane has one writer goroutine (callers queue on a bounded channel, so posting is
-// non-blocking) and one reader goroutine that matches replies to requests by id. The wire format
+// non-blocking) and one reader goroutine that matches replies to requests by id.
+//
+// Wire version 2 (negotiated per lane) addresses any region of the target's table by key or by
+// address, and carries remote atomics, which the target runs with sync/atomic. The wire format
 // is in docs/wire/tcp.md.
 package tcp
