@@ -221,38 +221,41 @@ func (c *Communicator) Ctrl() *ctrl.Manager { return c.ctrl }
 // (RDMA also needs an RDMA device); otherwise they are ErrUnsupported with the reason. The
 // slice is shared: callers only read it (it is on every operation's path).
 func (c *Communicator) kinds(ct transport.ConnType) ([]transport.ConnType, error) {
-	has := func(k transport.ConnType) error {
-		if _, ok := c.trans[k]; ok {
-			return nil
-		}
-		if err := c.missing[k]; err != nil {
-			return fmt.Errorf("comm: connection type %v: %w", k, err)
-		}
-		return fmt.Errorf("comm: connection type %v: no such transport registered: %w", k, status.ErrUnsupported)
-	}
+	var ks []transport.ConnType
 	switch ct {
 	case transport.AUTO:
-		switch {
-		case has(transport.SHM) == nil && has(transport.TCP) == nil:
-			return kindsAuto, nil
-		case has(transport.TCP) == nil:
-			return kindsTCP, nil
+		ks = kindsAuto
+		if c.usable(transport.SHM) != nil { // a registry without shared memory: TCP alone
+			ks = kindsTCP
 		}
-		return nil, has(transport.TCP)
 	case transport.TCP:
-		return kindsTCP, has(transport.TCP)
+		ks = kindsTCP
 	case transport.SHM:
-		return kindsSHM, has(transport.SHM)
-	case transport.RDMA, transport.UCX:
-		if err := c.missing[ct]; err != nil {
-			return nil, fmt.Errorf("comm: connection type %v: %w", ct, err)
-		}
-		if ct == transport.UCX {
-			return kindsUCX, nil
-		}
-		return kindsRDMA, nil
+		ks = kindsSHM
+	case transport.UCX:
+		ks = kindsUCX
+	case transport.RDMA:
+		ks = kindsRDMA
+	default:
+		return nil, fmt.Errorf("comm: connection type %d: %w", int(ct), status.ErrInvalidConfig)
 	}
-	return nil, fmt.Errorf("comm: connection type %d: %w", int(ct), status.ErrInvalidConfig)
+	for _, k := range ks {
+		if err := c.usable(k); err != nil {
+			return nil, err
+		}
+	}
+	return ks, nil
+}
+
+// usable returns nil if the registry holds a transport of kind k, else why not.
+func (c *Communicator) usable(k transport.ConnType) error {
+	if _, ok := c.trans[k]; ok {
+		return nil
+	}
+	if err := c.missing[k]; err != nil {
+		return fmt.Errorf("comm: connection type %v: %w", k, err)
+	}
+	return fmt.Errorf("comm: connection type %v: no such transport registered: %w", k, status.ErrUnsupported)
 }
 
 var (

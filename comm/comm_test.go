@@ -751,3 +751,30 @@ func TestRegistryInjectsTransports(t *testing.T) {
 		t.Fatalf("SHM without it registered: %v", err)
 	}
 }
+
+// A registry without UCX makes UCX an error that says so, not a missing transport used later.
+func TestRegistryWithoutUCX(t *testing.T) {
+	buf, err := buffer.New(0, 1<<20, memory.CPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Close()
+	tr, err := tcp.New(tcp.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := NewRegistry()
+	reg.Add(tr)
+	c, err := New(buf, Config{Transports: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, ct := range []transport.ConnType{transport.UCX, transport.RDMA} {
+		if err := c.Peer("127.0.0.1", 1, ct).Put(ctx, 0, 0, 1); !errors.Is(err, status.ErrUnsupported) {
+			t.Fatalf("%v without it registered: %v", ct, err)
+		}
+	}
+}
