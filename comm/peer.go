@@ -84,13 +84,15 @@ func (p *Peer) GetNB(ctx context.Context, localOff, remoteOff, n uint64) (uint64
 }
 
 // PutFrom puts src (any host memory of the caller's) to the peer's buffer at remoteOff.
+// src is read in place by the transport (one-sided RMA: the zero-copy form of staging it into
+// the ConnBuffer and calling Put), so it must not change until PutFrom returns.
 func (p *Peer) PutFrom(ctx context.Context, src []byte, remoteOff uint64) error {
-	return p.track("put_from", uint64(len(src)), time.Now(), p.c.putFrom(ctx, p.ip, p.port, src, remoteOff, p.ct))
+	return p.rw(ctx, "put_from", true, src, transport.Remote{Key: transport.DefaultRegion, Addr: remoteOff})
 }
 
 // GetTo gets len(dst) bytes of the peer's buffer at remoteOff into dst.
 func (p *Peer) GetTo(ctx context.Context, dst []byte, remoteOff uint64) error {
-	return p.track("get_to", uint64(len(dst)), time.Now(), p.c.getTo(ctx, p.ip, p.port, dst, remoteOff, p.ct))
+	return p.rw(ctx, "get_to", false, dst, transport.Remote{Key: transport.DefaultRegion, Addr: remoteOff})
 }
 
 // PutPipeline puts local[localOff, +n) to the peer at remoteOff in chunks of chunk bytes with at
@@ -151,37 +153,35 @@ func (p *Peer) rma(ctx context.Context) (transport.RMA, error) {
 // Write copies src to the peer's registered memory at dst (a region key and offset, or an
 // address in the peer; transport.DefaultRegion names its ConnBuffer) and returns when the bytes
 // are visible there.
-func (p *Peer) Write(ctx context.Context, src []byte, dst transport.Remote) (err error) {
-	defer func(start time.Time) { p.track("write", uint64(len(src)), start, err) }(time.Now())
-	r, err := p.rma(ctx)
-	if err != nil {
-		return err
-	}
-	op, err := r.WriteAsync(ctx, src, dst)
-	if err == nil {
-		err = op.Wait(ctx)
-	}
-	if err != nil {
-		return fmt.Errorf("comm: write %d bytes to %v at %+v: %w", len(src), p, dst, err)
-	}
-	return nil
+func (p *Peer) Write(ctx context.Context, src []byte, dst transport.Remote) error {
+	return p.rw(ctx, "write", true, src, dst)
 }
 
 // Read copies len(dst) bytes of the peer's registered memory at src into dst.
-func (p *Peer) Read(ctx context.Context, dst []byte, src transport.Remote) (err error) {
-	defer func(start time.Time) { p.track("read", uint64(len(dst)), start, err) }(time.Now())
-	r, err := p.rma(ctx)
-	if err != nil {
-		return err
-	}
-	op, err := r.ReadAsync(ctx, dst, src)
+func (p *Peer) Read(ctx context.Context, dst []byte, src transport.Remote) error {
+	return p.rw(ctx, "read", false, dst, src)
+}
+
+// rw moves b to (write) or from the peer's memory at r with RMA and waits for it; op names it
+// in errors and to the Observer.
+func (p *Peer) rw(ctx context.Context, op string, write bool, b []byte, r transport.Remote) error {
+	start := time.Now()
+	rma, err := p.rma(ctx)
 	if err == nil {
-		err = op.Wait(ctx)
+		var o *transport.Op
+		if write {
+			o, err = rma.WriteAsync(ctx, b, r)
+		} else {
+			o, err = rma.ReadAsync(ctx, b, r)
+		}
+		if err == nil {
+			err = o.Wait(ctx)
+		}
+		if err != nil {
+			err = fmt.Errorf("comm: %s %d bytes, peer %v at %+v: %w", op, len(b), p, r, err)
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("comm: read %d bytes from %v at %+v: %w", len(dst), p, src, err)
-	}
-	return nil
+	return p.track(op, uint64(len(b)), start, err)
 }
 
 // Atomic runs op on the aligned 64-bit word of the peer's registered memory at dst and returns
