@@ -256,11 +256,10 @@ func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, memh C.ucp_mem_h, rt ta
 	var op *transport.Op
 	w.users.Add(1)
 	w.pmu.Lock()
+	refused := e.refusedLocked(rt)
 	switch {
-	case e.closed.Load():
-		op = transport.Failed(fmt.Errorf("ucx: endpoint: %w", status.ErrClosed))
-	case rt.reg != nil && rt.reg.dead:
-		op = transport.Failed(errRevoked(rt.reg.key))
+	case refused != nil:
+		op = transport.Failed(refused)
 	case put:
 		flush := e.flushing < maxFlushes // else the next flush to complete issues one for the batch
 		r := w.posted
@@ -303,6 +302,18 @@ func (e *endpoint) postRaw(put bool, buf unsafe.Pointer, memh C.ucp_mem_h, rt ta
 	}
 	w.pmu.Unlock()
 	return op
+}
+
+// refusedLocked says why nothing may be posted to rt now (the endpoint closed, the region
+// revoked by the target), or nil. Caller holds pmu, under which both are set.
+func (e *endpoint) refusedLocked(rt target) error {
+	switch {
+	case e.closed.Load():
+		return fmt.Errorf("ucx: endpoint: %w", status.ErrClosed)
+	case rt.reg != nil && rt.reg.dead:
+		return errRevoked(rt.reg.key)
+	}
+	return nil
 }
 
 // target is where a put or get goes: an rkey and an address in the target, and the peer region

@@ -341,22 +341,17 @@ func (e *endpoint) atomic(ctx context.Context, op buffer.AtomicOp, dst transport
 		return 0, fmt.Errorf("ucx: atomic word at %#x: not 8-byte aligned: %w", rt.addr, status.ErrInvalidConfig)
 	}
 	code, vals := ucpAtomic(op, operand, compare)
-	io := (*[2]C.uint64_t)(C.calloc(2, 8)) // C memory: UCX writes the reply after this call returns
-	io[0], io[1] = C.uint64_t(vals[0]), C.uint64_t(vals[1])
 	var old uint64
 	var opErr error
 	w := e.w
 	var o *transport.Op
 	w.users.Add(1)
 	w.pmu.Lock()
-	switch {
-	case e.closed.Load():
-		o = transport.Failed(fmt.Errorf("ucx: endpoint: %w", status.ErrClosed))
-		C.free(unsafe.Pointer(io))
-	case rt.reg != nil && rt.reg.dead:
-		o = transport.Failed(errRevoked(rt.reg.key))
-		C.free(unsafe.Pointer(io))
-	default:
+	if refused := e.refusedLocked(rt); refused != nil {
+		o = transport.Failed(refused)
+	} else {
+		io := (*[2]C.uint64_t)(C.calloc(2, 8)) // C memory: UCX writes the reply after this call returns
+		io[0], io[1] = C.uint64_t(vals[0]), C.uint64_t(vals[1])
 		var st C.ucs_status_t
 		req := C.hmc_atomic(e.ep, code, &io[0], C.uint64_t(rt.addr), rt.rkey, &st)
 		switch {
