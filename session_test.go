@@ -3,8 +3,6 @@ package hmc
 import (
 	"context"
 	"errors"
-	"net"
-	"strconv"
 	"testing"
 	"time"
 
@@ -12,15 +10,6 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func port(t *testing.T, addr string) int {
-	_, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, _ := strconv.Atoi(p)
-	return n
-}
 
 func TestSessionRoundTrip(t *testing.T) {
 	for _, env := range []string{"", "tcp", "uds"} {
@@ -37,7 +26,7 @@ func TestSessionRoundTrip(t *testing.T) {
 			if err := srv.InitServer("127.0.0.1", 0, 0, 0, dir, TCP); err != nil {
 				t.Fatal(err)
 			}
-			dataPort := port(t, srv.Comm().DataAddr(TCP))
+			dataPort := srv.DataPort()
 			cli, err := NewSession(0, 1<<20, CPU, 2, "127.0.0.1")
 			if err != nil {
 				t.Fatal(err)

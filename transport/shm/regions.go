@@ -138,7 +138,7 @@ func (rs *regionServer) answer(q linkReq, controlSent bool) (resp linkResp, fds 
 	}
 	if err != nil {
 		resp.status = lstNotFound
-		if errorIsRange(err) {
+		if errors.Is(err, status.ErrOutOfRange) {
 			resp.status = lstOutOfRange
 		}
 		return resp, nil
@@ -170,5 +170,3 @@ func (rs *regionServer) answer(q linkReq, controlSent bool) (resp linkResp, fds 
 	}
 	return resp, fds
 }
-
-func errorIsRange(err error) bool { return errors.Is(err, status.ErrOutOfRange) }
