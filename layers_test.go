@@ -12,9 +12,10 @@ var layers = map[string]int{
 	"status": 0, "internal/acceptor": 0, "internal/etcdproc": 0, "internal/etcdtest": 1, "internal/peercred": 1, "memory": 1,
 	"buffer": 2, "ctrl": 2, "coord/store": 2, "coord/store/storetest": 2, "coord/group": 2,
 	"transport": 3, "transport/tcp": 3, "transport/shm": 3, "transport/transporttest": 3, "transport/ucx": 3,
-	"comm": 4, "collective": 5, "metrics": 5,
-	"": 6, "bench": 6, "cmd/hmc": 7, "capi": 7,
-	"capi/internal/cabi": 7, "capi/internal/hmcapi": 7, "capi/internal/storeapi": 7,
+	"comm": 4, "collective": 5, "metrics": 5, "fabric/internal/gva": 5, "fabric/internal/mesh": 5,
+	"fabric/bm": 6,
+	"":          7, "bench": 7, "cmd/hmc": 8, "capi": 8,
+	"capi/internal/cabi": 8, "capi/internal/hmcapi": 8, "capi/internal/storeapi": 8,
 }
 
 // outside lists the modules outside this one (and the standard library) that each package may
@@ -28,6 +29,7 @@ var outside = map[string][]string{
 	"transport/tcp":     {"golang.org/x/sys/"},
 	"transport/shm":     {"golang.org/x/sys/", "github.com/ebitengine/purego"},
 	"transport/ucx":     {"golang.org/x/sys/"},
+	"fabric/bm":         {"golang.org/x/sys/"},
 	"bench":             {"gonum.org/v1/plot"},
 	"metrics":           {"github.com/prometheus/client_golang/"},
 	"cmd/hmc":           {"github.com/spf13/cobra", "github.com/schollz/progressbar/", "golang.org/x/term", "github.com/prometheus/client_golang/"},

@@ -3,6 +3,7 @@ package buffer
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"sync"
@@ -131,6 +132,16 @@ func (t *Table) RegisterBuffer(c *ConnBuffer) (*Region, error) {
 		return nil, fmt.Errorf("register: %v memory is not host-addressable: %w", c.Type(), status.ErrUnsupported)
 	}
 	return t.register(b, c.FD(), 0)
+}
+
+// RegisterShared registers host memory b that is mapped from the memfd fd at fdOff (a page
+// multiple), so same-host peers can map the same pages. The caller keeps both b and fd valid
+// until the last Deregister.
+func (t *Table) RegisterShared(b []byte, fd int, fdOff uint64) (*Region, error) {
+	if fd < 0 || fdOff%uint64(os.Getpagesize()) != 0 {
+		return nil, fmt.Errorf("register: descriptor %d at offset %d: %w", fd, fdOff, status.ErrInvalidConfig)
+	}
+	return t.register(b, fd, fdOff)
 }
 
 func (t *Table) register(b []byte, fd int, fdOff uint64) (*Region, error) {

@@ -199,3 +199,20 @@ func CheckRanges(localSize, remoteSize, localOff, remoteOff, n uint64) error {
 	}
 	return nil
 }
+
+// SharedRegion is a peer's registered region handed over as its memory descriptor: mapping
+// FD from FDOffset gives the Size bytes that the peer has at Addr.
+type SharedRegion struct {
+	FD         int // a duplicate the caller owns and closes
+	FDOffset   uint64
+	Addr, Size uint64
+}
+
+// RegionSharer is implemented by endpoints that can hand over a peer's region itself (the
+// same-host transport passes its memfd), so the caller maps it where it likes: the fabric
+// layer maps co-located peers' slices at their global addresses, for plain loads and stores.
+// A region without a memfd is ErrUnsupported. Operations through such a mapping are not
+// fenced by the owner's Deregister: use it for memory that lives as long as the mapping's use.
+type RegionSharer interface {
+	ShareRegion(ctx context.Context, r Remote, n uint64) (SharedRegion, error)
+}

@@ -424,3 +424,43 @@ func (ep *endpoint) Atomic(ctx context.Context, op buffer.AtomicOp, dst transpor
 	}
 	return rep.resp.addr, nil
 }
+
+// ShareRegion implements transport.RegionSharer: it asks the target for the region holding n
+// bytes at r and returns a duplicate of its memfd (the endpoint caches the region too).
+func (ep *endpoint) ShareRegion(ctx context.Context, r transport.Remote, n uint64) (transport.SharedRegion, error) {
+	ep.mu.RLock()
+	defer ep.mu.RUnlock()
+	if err := ep.usable(ctx); err != nil {
+		return transport.SharedRegion{}, err
+	}
+	if ep.version < 2 {
+		return transport.SharedRegion{}, fmt.Errorf("shm: the target speaks link version %d, which has no registered regions: %w", ep.version, status.ErrUnsupported)
+	}
+	q := linkReq{op: lopResolveAddr, addr: r.Addr, length: n}
+	if r.Key != 0 {
+		q.op, q.key = lopResolveKey, uint32(r.Key)
+	}
+	rep, err := ep.peer.request(ctx, ep.conn, q)
+	if err != nil {
+		return transport.SharedRegion{}, err
+	}
+	if rep.resp.status != lstOK {
+		closeFDs(rep.fds)
+		return transport.SharedRegion{}, linkRefusal(rep.resp.status)
+	}
+	if rep.resp.flags&lflagRegionFD == 0 || len(rep.fds) == 0 {
+		closeFDs(rep.fds)
+		return transport.SharedRegion{}, fmt.Errorf("shm: region at %#x has no memfd to share: %w", rep.resp.addr, status.ErrUnsupported)
+	}
+	dup, err := unix.FcntlInt(uintptr(rep.fds[0]), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		closeFDs(rep.fds)
+		return transport.SharedRegion{}, fmt.Errorf("shm: dup: %w: %w", status.ErrFailed, err)
+	}
+	sr := transport.SharedRegion{FD: dup, FDOffset: rep.resp.fdOff, Addr: rep.resp.addr, Size: rep.resp.size}
+	if _, err := ep.peer.add(rep.resp, rep.fds); err != nil { // closes rep.fds
+		_ = unix.Close(dup)
+		return transport.SharedRegion{}, err
+	}
+	return sr, nil
+}

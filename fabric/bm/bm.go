@@ -1,0 +1,221 @@
+package bm
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hmc-go/hmc/comm"
+	"github.com/hmc-go/hmc/coord/store"
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
+)
+
+// Limits, as upstream's.
+const (
+	MaxWorldSize        = store.MaxWorldSize // SMEM_WORLD_SIZE_MAX
+	SliceAlign   uint64 = 2 << 20            // every size is a multiple of 2 MiB
+	MaxLocalDRAM uint64 = 2 << 40            // per rank
+	MaxLocalHBM  uint64 = 64 << 30           // per rank
+	MaxID               = 254                // object ids 0..MaxID (upstream's entity slots)
+)
+
+// Config configures Init (upstream's smem_bm_config_t).
+type Config struct {
+	// InitTimeout bounds Init (connecting to the store, getting a rank). Default 120 s.
+	InitTimeout time.Duration
+	// ControlTimeout bounds each control operation (join, leave, descriptor exchange). Default
+	// 120 s.
+	ControlTimeout time.Duration
+	// StartStore lets this process start the store when the URL's address is free and local
+	// (upstream's "store racing"). Default true (DefaultConfig).
+	StartStore bool
+	// AutoRanking takes the lowest free rank from the store; else Rank is this process's rank.
+	// Default true, as upstream's code (its header says false).
+	AutoRanking bool
+	Rank        int
+	// BindIP is the address this process's data servers listen on and peers dial (upstream's
+	// hcomUrl). Default 127.0.0.1.
+	BindIP string
+	// Secret and TLS secure the store link (and its server when this process starts it).
+	Secret []byte
+	TLS    *tls.Config
+	// Transports builds the transports; nil: comm.DefaultRegistry.
+	Transports *comm.Registry
+	// Logger receives membership and connection events; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns upstream's defaults (smem_bm_config_init).
+func DefaultConfig() Config {
+	return Config{InitTimeout: 120 * time.Second, ControlTimeout: 120 * time.Second, StartStore: true, AutoRanking: true}
+}
+
+// Validate rejects impossible settings.
+func (c Config) Validate() error {
+	if c.InitTimeout < 0 || c.ControlTimeout < 0 {
+		return fmt.Errorf("bm: negative timeout: %w", status.ErrInvalidConfig)
+	}
+	if !c.AutoRanking && (c.Rank < 0 || c.Rank >= MaxWorldSize) {
+		return fmt.Errorf("bm: rank %d: %w", c.Rank, status.ErrInvalidConfig)
+	}
+	if c.BindIP != "" && net.ParseIP(c.BindIP) == nil {
+		return fmt.Errorf("bm: bind address %q is not an IP: %w", c.BindIP, status.ErrInvalidConfig)
+	}
+	return nil
+}
+
+// Fabric is one process's membership of a Big Memory world: its store link and rank
+// (upstream's smem_bm_init state, without the process-wide singleton). Objects are made with
+// Create.
+type Fabric struct {
+	cfg      Config
+	world    int
+	deviceID int
+	client   store.Client
+	server   *store.Server // non-nil when this process serves the store
+	log      *slog.Logger
+
+	mu      sync.Mutex
+	objects map[int]*BigMemory // guarded by mu
+	closed  bool               // guarded by mu
+
+	devOnce sync.Once
+	dev     *memory.Memory // this process's GPU memory, opened on first use
+	devErr  error
+}
+
+// Init connects to (or starts) the store at storeURL and takes a rank in a world of worldSize
+// ranks (1..1024). deviceID is the GPU whose memory HBM slices use.
+func Init(ctx context.Context, storeURL string, worldSize, deviceID int, cfg Config) (*Fabric, error) {
+	if cfg.InitTimeout == 0 {
+		cfg.InitTimeout = 120 * time.Second
+	}
+	if cfg.ControlTimeout == 0 {
+		cfg.ControlTimeout = 120 * time.Second
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if worldSize < 1 || worldSize > MaxWorldSize {
+		return nil, fmt.Errorf("bm: world size %d (want 1..%d): %w", worldSize, MaxWorldSize, status.ErrInvalidConfig)
+	}
+	if !cfg.AutoRanking && cfg.Rank >= worldSize {
+		return nil, fmt.Errorf("bm: rank %d in a world of %d: %w", cfg.Rank, worldSize, status.ErrInvalidConfig)
+	}
+	if storeURL == "" {
+		return nil, fmt.Errorf("bm: empty store URL: %w", status.ErrInvalidConfig)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.InitTimeout)
+	defer cancel()
+	scfg := store.Config{Ranking: store.Auto, WorldSize: worldSize, Secret: cfg.Secret, TLS: cfg.TLS, Logger: cfg.Logger}
+	if !cfg.AutoRanking {
+		scfg.Ranking, scfg.Rank = store.Explicit, cfg.Rank
+	}
+	f := &Fabric{cfg: cfg, world: worldSize, deviceID: deviceID, objects: make(map[int]*BigMemory), log: cfg.Logger}
+	var err error
+	if cfg.StartStore && (cfg.AutoRanking || cfg.Rank == 0) && localStore(storeURL) {
+		srvCfg := store.ServerConfig{WorldSize: worldSize, Secret: cfg.Secret, Logger: cfg.Logger}
+		if cfg.TLS != nil {
+			srvCfg.TLS = cfg.TLS
+		}
+		f.client, f.server, err = store.ServeOrJoin(ctx, storeURL, srvCfg, scfg)
+	} else {
+		f.client, err = store.Open(ctx, storeURL, scfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bm: init: %w", err)
+	}
+	if w := f.client.WorldSize(); w != 0 && w != worldSize {
+		_ = f.Close()
+		return nil, fmt.Errorf("bm: the store's world has %d ranks, not %d: %w", w, worldSize, status.ErrInvalidConfig)
+	}
+	return f, nil
+}
+
+// localStore says whether a tcp:// store URL names an address of this host, which this
+// process may then serve.
+func localStore(url string) bool {
+	scheme, rest, ok := strings.Cut(url, "://")
+	if !ok || (scheme != "tcp" && scheme != "tcp6") {
+		return false
+	}
+	host, _, err := net.SplitHostPort(rest)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return false
+	}
+	if ip.IsLoopback() || ip.IsUnspecified() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// Rank returns this process's rank (upstream's smem_bm_get_rank_id).
+func (f *Fabric) Rank() int { return f.client.Rank() }
+
+// WorldSize returns the world's size.
+func (f *Fabric) WorldSize() int { return f.world }
+
+// Serving says whether this process serves the store.
+func (f *Fabric) Serving() bool { return f.server != nil }
+
+// device opens this process's GPU memory on first use.
+func (f *Fabric) device() (*memory.Memory, error) {
+	f.devOnce.Do(func() {
+		f.dev, f.devErr = memory.New(f.deviceID, memory.NvidiaGPU)
+		if f.devErr != nil {
+			f.devErr = fmt.Errorf("bm: HBM needs GPU memory (CUDA device %d, or %s=1 to emulate one): %w",
+				f.deviceID, memory.EmulateGPUEnv, f.devErr)
+		}
+	})
+	return f.dev, f.devErr
+}
+
+// Close destroys every object still open and leaves the store (upstream's smem_bm_uninit).
+func (f *Fabric) Close() error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
+	f.closed = true
+	objs := make([]*BigMemory, 0, len(f.objects))
+	for _, o := range f.objects {
+		objs = append(objs, o)
+	}
+	f.mu.Unlock()
+	var errs []error
+	for _, o := range objs {
+		errs = append(errs, o.Destroy(context.Background()))
+	}
+	errs = append(errs, f.client.Close())
+	if f.server != nil {
+		errs = append(errs, f.server.Close())
+	}
+	if f.dev != nil {
+		errs = append(errs, f.dev.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,303 @@
+package bm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
+)
+
+const mib = 1 << 20
+
+// pat is the byte rank r keeps at offset i of its slice.
+func pat(r, i int) byte { return byte(r*31 + i*7 + i>>8) }
+
+// tag is the byte rank q writes at offset i of rank t's slice.
+func tag(q, t, i int) byte { return byte(q*13 + t*5 + i) }
+
+func fill(p []byte, f func(i int) byte) {
+	for i := range p {
+		p[i] = f(i)
+	}
+}
+
+func check(p []byte, f func(i int) byte) error {
+	for i := range p {
+		if p[i] != f(i) {
+			return fmt.Errorf("byte %d is %d, want %d", i, p[i], f(i))
+		}
+	}
+	return nil
+}
+
+// childOptions builds a rank's options from HMC_BM_OPS: tcp (TCP only), shm (shared memory
+// and TCP), mixed (even ranks "fast" with both, odd ranks "slow" with TCP only).
+func childOptions(rank int) Options {
+	o := Options{LocalDRAM: 4 * mib, MaxDRAM: 8 * mib}
+	if os.Getenv(memory.EmulateGPUEnv) == "1" {
+		o.LocalHBM = 2 * mib
+	}
+	switch os.Getenv("HMC_BM_OPS") {
+	case "tcp":
+		o.DataOps = OpHostTCP
+	case "shm":
+		o.DataOps = OpHostSHM | OpHostTCP
+	case "mixed":
+		o.TagOpInfo = "fast:HOST_TCP:slow"
+		if rank%2 == 0 {
+			o.Tag, o.DataOps = "fast", OpHostSHM|OpHostTCP
+		} else {
+			o.Tag, o.DataOps = "slow", OpHostTCP
+		}
+	}
+	return o
+}
+
+// shmPair says whether ranks a and b copy through shared memory under HMC_BM_OPS.
+func shmPair(a, b int) bool {
+	switch os.Getenv("HMC_BM_OPS") {
+	case "shm":
+		return true
+	case "mixed":
+		return a%2 == 0 && b%2 == 0
+	}
+	return false
+}
+
+// child is one rank in its own process: HMC_BM_CHILD=<mode>, HMC_STORE_URL, HMC_WORLD,
+// HMC_BM_RANK (explicit rank; auto when absent).
+func child(mode string) int {
+	if err := runChild(mode); err != nil {
+		fmt.Println("FAIL", err)
+		return 1
+	}
+	return 0
+}
+
+func runChild(mode string) error {
+	url := os.Getenv("HMC_STORE_URL")
+	world, _ := strconv.Atoi(os.Getenv("HMC_WORLD"))
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cfg := DefaultConfig()
+	cfg.StartStore = false
+	if r := os.Getenv("HMC_BM_RANK"); r != "" {
+		cfg.AutoRanking = false
+		cfg.Rank, _ = strconv.Atoi(r)
+	}
+	f, err := Init(ctx, url, world, 0, cfg)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	me := f.Rank()
+	b, err := f.Create(ctx, 7, childOptions(me))
+	if err != nil {
+		return err
+	}
+	fill(b.Local()[:mib], func(i int) byte { return pat(me, i) })
+	if b.hbm != nil { // the same pattern in the HBM slice
+		hbm, _ := b.PtrByMemType(Device, me)
+		if err := b.Copy(ctx, memory.AddrOf(b.Local()), hbm, mib, H2G, 0); err != nil {
+			return fmt.Errorf("H2G into own HBM: %w", err)
+		}
+	}
+	if err := b.Join(ctx); err != nil {
+		return err
+	}
+	if err := b.WaitMembers(ctx, world); err != nil {
+		return err
+	}
+	switch mode {
+	case "copies":
+		return copies(ctx, b, me, world)
+	case "victim":
+		if err := b.Barrier(ctx); err != nil {
+			return err
+		}
+		fmt.Println("READY", me)
+		<-ctx.Done() // until killed
+		return nil
+	case "survivor":
+		return survive(ctx, b, me, world)
+	}
+	return fmt.Errorf("unknown mode %q", mode)
+}
+
+func copies(ctx context.Context, b *BigMemory, me, world int) error {
+	if err := b.Barrier(ctx); err != nil {
+		return err
+	}
+	host := func(r int) uint64 { p, _ := b.PtrByMemType(Host, r); return p }
+	buf := make([]byte, mib)
+	for t := range world {
+		if t == me {
+			continue
+		}
+		// G2H of every peer's pattern.
+		if err := b.Read(ctx, buf, host(t)); err != nil {
+			return fmt.Errorf("G2H from %d: %w", t, err)
+		}
+		if err := check(buf, func(i int) byte { return pat(t, i) }); err != nil {
+			return fmt.Errorf("G2H from %d: %w", t, err)
+		}
+		// H2G into every peer's slice.
+		w := make([]byte, 64<<10)
+		fill(w, func(i int) byte { return tag(me, t, i) })
+		if err := b.Write(ctx, host(t)+mib+uint64(me)*64<<10, w); err != nil {
+			return fmt.Errorf("H2G to %d: %w", t, err)
+		}
+		// Co-located slices are plain memory at their GVAs.
+		if shmPair(me, t) {
+			if !b.mapped(t) {
+				return fmt.Errorf("rank %d's slice is not mapped here", t)
+			}
+			if err := check(memory.HostSlice(memory.Ptr(host(t)), 4096), func(i int) byte { return pat(t, i) }); err != nil {
+				return fmt.Errorf("load from rank %d's GVA: %w", t, err)
+			}
+		} else if b.mapped(t) {
+			return fmt.Errorf("rank %d's slice is mapped, but the pair may not use shared memory", t)
+		}
+		// Out of range: past what the rank backs (inside the stride), across two slices.
+		if err := b.Write(ctx, host(t)+4*mib-8, w[:16]); !errors.Is(err, status.ErrOutOfRange) {
+			return fmt.Errorf("write past rank %d's local size: %v", t, err)
+		}
+		if t+1 < world {
+			if err := b.Write(ctx, host(t)+8*mib-8, w[:16]); !errors.Is(err, status.ErrOutOfRange) {
+				return fmt.Errorf("write across rank %d's slice end: %v", t, err)
+			}
+		}
+	}
+	if world >= 3 {
+		// G2G between two other ranks: the source's owner copies.
+		s, t := (me+1)%world, (me+2)%world
+		if err := b.Copy(ctx, host(s), host(t)+2*mib+uint64(me)*64<<10, 64<<10, G2G, 0); err != nil {
+			return fmt.Errorf("G2G %d -> %d: %w", s, t, err)
+		}
+	}
+	// A batch of mixed directions, async: four contiguous 4 KiB H2G pieces (merged) to rank
+	// me+3, and a G2H piece from rank me+1.
+	t := (me + 3) % world
+	w := make([]byte, 16<<10)
+	fill(w, func(i int) byte { return tag(me, t, i) ^ 0x55 })
+	in := make([]byte, 4096)
+	var ps []CopyParams
+	for k := range 4 {
+		ps = append(ps, CopyParams{Src: memory.AddrOf(w) + uint64(k)*4096, Dst: host(t) + 3*mib + uint64(me)*16<<10 + uint64(k)*4096, Size: 4096})
+	}
+	from := (me + 1) % world
+	ps = append(ps, CopyParams{Src: host(from) + 4096, Dst: memory.AddrOf(in), Size: 4096})
+	if err := b.CopyBatch(ctx, ps, Auto, FlagAsync); err != nil {
+		return fmt.Errorf("batch: %w", err)
+	}
+	if err := b.Wait(ctx); err != nil {
+		return fmt.Errorf("batch wait: %w", err)
+	}
+	if err := check(in, func(i int) byte { return pat(from, i+4096) }); err != nil {
+		return fmt.Errorf("batch G2H from %d: %w", from, err)
+	}
+	if b.hbm != nil && world >= 2 {
+		// G2G from another rank's HBM into this rank's DRAM slice: the HBM's owner copies.
+		s := (me + 1) % world
+		hbm, _ := b.PtrByMemType(Device, s)
+		if err := b.Copy(ctx, hbm, host(me)+3*mib+512<<10, 64<<10, G2G, 0); err != nil {
+			return fmt.Errorf("G2G from rank %d's HBM: %w", s, err)
+		}
+		if err := check(b.Local()[3*mib+512<<10:3*mib+576<<10], func(i int) byte { return pat(s, i) }); err != nil {
+			return fmt.Errorf("G2G from rank %d's HBM: %w", s, err)
+		}
+	}
+	if err := b.Barrier(ctx); err != nil {
+		return err
+	}
+	// Everything the others wrote into this slice.
+	for q := range world {
+		if q == me {
+			continue
+		}
+		if err := check(b.Local()[mib+q*64<<10:mib+(q+1)*64<<10], func(i int) byte { return tag(q, me, i) }); err != nil {
+			return fmt.Errorf("H2G from %d: %w", q, err)
+		}
+		if world >= 3 && (q+2)%world == me {
+			s := (q + 1) % world
+			if err := check(b.Local()[2*mib+q*64<<10:2*mib+(q+1)*64<<10], func(i int) byte { return pat(s, i) }); err != nil {
+				return fmt.Errorf("G2G by %d from %d: %w", q, s, err)
+			}
+		}
+		if (q+3)%world == me {
+			if err := check(b.Local()[3*mib+q*16<<10:3*mib+(q+1)*16<<10], func(i int) byte { return tag(q, me, i) ^ 0x55 }); err != nil {
+				return fmt.Errorf("batch from %d: %w", q, err)
+			}
+		}
+	}
+	if err := b.Barrier(ctx); err != nil {
+		return err
+	}
+	fmt.Println("OK", me)
+	return b.Destroy(ctx)
+}
+
+// survive copies to the last rank until it dies (ErrRankDown expected), then waits for it to
+// come back and copies again.
+func survive(ctx context.Context, b *BigMemory, me, world int) error {
+	if err := b.Barrier(ctx); err != nil {
+		return err
+	}
+	fmt.Println("READY", me)
+	victim := world - 1
+	host := func(r int) uint64 { p, _ := b.PtrByMemType(Host, r); return p }
+	w := make([]byte, 64<<10)
+	start := time.Now()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := b.Write(cctx, host(victim)+mib+uint64(me)*64<<10, w)
+		cancel()
+		if err == nil {
+			if time.Since(start) > 60*time.Second {
+				return errors.New("the victim never went down")
+			}
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if !errors.Is(err, ErrRankDown) && !errors.Is(err, status.ErrPeerClosed) && !errors.Is(err, status.ErrClosed) {
+			return fmt.Errorf("copy to the dead rank: %v, want ErrRankDown", err)
+		}
+		break
+	}
+	// Wait until the group has removed it, then until it is back.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		err := b.Write(ctx, host(victim), w[:8])
+		if errors.Is(err, ErrRankDown) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("copies to the dead rank never fail with ErrRankDown (last: %v)", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Println("DOWN", me)
+	if err := b.WaitMembers(ctx, world); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		buf := make([]byte, 4096)
+		err := b.Read(ctx, buf, host(victim))
+		if err == nil {
+			if err := check(buf, func(i int) byte { return pat(victim, i) }); err != nil {
+				return fmt.Errorf("the rejoined rank's slice: %w", err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the rejoined rank is not reachable: %w", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Println("BACK", me)
+	return nil
+}

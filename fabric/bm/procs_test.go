@@ -1,0 +1,137 @@
+package bm
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hmc-go/hmc/coord/store"
+	"github.com/hmc-go/hmc/memory"
+)
+
+type proc struct {
+	cmd   *exec.Cmd
+	lines chan string
+}
+
+func spawn(t *testing.T, url, mode string, world int, env ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), append(env, "HMC_BM_CHILD="+mode, "HMC_STORE_URL="+url, fmt.Sprintf("HMC_WORLD=%d", world))...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, lines: make(chan string, 64)}
+	go func() { // ends when the child's stdout closes
+		s := bufio.NewScanner(out)
+		for s.Scan() {
+			p.lines <- s.Text()
+		}
+		close(p.lines)
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return p
+}
+
+// expect waits for a line starting with prefix, failing on FAIL lines and on timeout.
+func (p *proc) expect(t *testing.T, prefix string, within time.Duration) string {
+	t.Helper()
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				t.Fatalf("child exited before %q", prefix)
+			}
+			t.Logf("child: %s", l)
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+			if strings.HasPrefix(l, "FAIL") {
+				t.Fatalf("child: %s", l)
+			}
+		case <-timer.C:
+			t.Fatalf("no %q within %v", prefix, within)
+		}
+	}
+}
+
+func listen(t *testing.T, world int) *store.Server {
+	srv, err := store.Listen("tcp://127.0.0.1:0", store.ServerConfig{WorldSize: world})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv
+}
+
+// Every copy type between 8 processes (4 with -short), byte-checked, over TCP only, shared
+// memory (slices mapped at their GVAs), and a mix of tags where only some pairs share memory;
+// with emulated GPU memory so the HBM paths run too.
+func TestProcessesCopy(t *testing.T) {
+	world := 8
+	if testing.Short() {
+		world = 4
+	}
+	for _, ops := range []string{"tcp", "shm", "mixed"} {
+		t.Run(ops, func(t *testing.T) {
+			srv := listen(t, world)
+			ps := make([]*proc, world)
+			for i := range ps {
+				ps[i] = spawn(t, srv.URL(), "copies", world, "HMC_BM_OPS="+ops, memory.EmulateGPUEnv+"=1")
+			}
+			var wg sync.WaitGroup
+			for _, p := range ps {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					p.expect(t, "OK", 90*time.Second)
+					if err := p.cmd.Wait(); err != nil {
+						t.Errorf("child: %v", err)
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
+
+// A rank killed mid-job: copies to it fail with ErrRankDown (not a hang) on every survivor; it
+// restarts under the same rank, rejoins, and is reachable again without restarting anyone.
+func TestProcessesCrashAndRejoin(t *testing.T) {
+	const world = 3
+	srv := listen(t, world)
+	var survivors []*proc
+	for r := range world - 1 {
+		survivors = append(survivors, spawn(t, srv.URL(), "survivor", world, fmt.Sprintf("HMC_BM_RANK=%d", r), "HMC_BM_OPS=shm"))
+	}
+	victim := spawn(t, srv.URL(), "victim", world, fmt.Sprintf("HMC_BM_RANK=%d", world-1), "HMC_BM_OPS=shm")
+	victim.expect(t, "READY", 60*time.Second)
+	for _, p := range survivors {
+		p.expect(t, "READY", 60*time.Second)
+	}
+	_ = victim.cmd.Process.Kill()
+	_ = victim.cmd.Wait()
+	for _, p := range survivors {
+		p.expect(t, "DOWN", 40*time.Second)
+	}
+	again := spawn(t, srv.URL(), "victim", world, fmt.Sprintf("HMC_BM_RANK=%d", world-1), "HMC_BM_OPS=shm")
+	for _, p := range survivors {
+		p.expect(t, "BACK", 60*time.Second)
+		if err := p.cmd.Wait(); err != nil {
+			t.Errorf("survivor: %v", err)
+		}
+	}
+	_ = again.cmd.Process.Kill()
+}
