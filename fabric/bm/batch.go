@@ -111,11 +111,7 @@ func (b *BigMemory) run(ctx context.Context, items []item) error {
 				rest = append(rest, it)
 			}
 		}
-		for _, it := range rest {
-			if err := b.copyOne(ctx, it.s, it.d, it.n); err != nil {
-				errs = append(errs, fmt.Errorf("element %d: %w", it.idx, err))
-			}
-		}
+		errs = append(errs, b.runRest(ctx, rest)...)
 	}
 	for _, p := range ops {
 		if err := p.op.Wait(ctx); err != nil {
@@ -155,6 +151,45 @@ func (b *BigMemory) mapped(r int) bool {
 	defer m.mu.RUnlock()
 	return m.mapd != nil
 }
+
+// runRest runs items one by one, except that plain copies between memory this process
+// addresses go to the copier together, so discrete pieces (each too small to be split) are
+// shared among its helpers.
+func (b *BigMemory) runRest(ctx context.Context, rest []item) []error {
+	var errs []error
+	var dsts, srcs [][]byte
+	var dones []func()
+	for _, it := range rest {
+		sv, sdone, sok, err := b.hostView(it.s, it.n)
+		if err == nil && sok {
+			dv, ddone, dok, err2 := b.hostView(it.d, it.n)
+			if err2 == nil && dok {
+				dsts, srcs, dones = append(dsts, dv), append(srcs, sv), append(dones, sdone, ddone)
+				continue
+			}
+			if err2 == nil {
+				err2 = b.copyOne(ctx, it.s, it.d, it.n)
+			}
+			sdone()
+			err = err2
+		} else if err == nil {
+			err = b.copyOne(ctx, it.s, it.d, it.n)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("element %d: %w", it.idx, err))
+		}
+	}
+	if len(srcs) > 0 {
+		b.copier.CopyV(dsts, srcs)
+	}
+	for _, done := range dones {
+		done()
+	}
+	return errs
+}
+
+// parallelBatch is the total size from which a batch's plain copies run in parallel.
+const parallelBatch = 1 << 20
 
 // rankOf is the rank an end lives on (this rank for local memory).
 func rankOf(e end, me int) int {

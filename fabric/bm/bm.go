@@ -178,6 +178,10 @@ func (f *Fabric) Rank() int { return f.client.Rank() }
 // WorldSize returns the world's size.
 func (f *Fabric) WorldSize() int { return f.world }
 
+// Store returns the store link, for the application's own rendezvous (keys outside the
+// objects' namespaces).
+func (f *Fabric) Store() store.Client { return f.client }
+
 // Serving says whether this process serves the store.
 func (f *Fabric) Serving() bool { return f.server != nil }
 

@@ -22,14 +22,14 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
 // single starts a one-rank world on its own store.
-func single(t *testing.T, o Options) (*Fabric, *BigMemory) {
+func single(t testing.TB, o Options) (*Fabric, *BigMemory) {
 	t.Helper()
 	ctx := testCtx(t)
 	f, err := Init(ctx, "tcp://127.0.0.1:0", 1, 0, DefaultConfig())

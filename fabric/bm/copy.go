@@ -266,7 +266,7 @@ func (b *BigMemory) copyOne(ctx context.Context, s, d end, n uint64) error {
 	dp, ddev := b.devicePtr(d)
 	switch {
 	case sok && dok:
-		copyBytes(dv, sv)
+		b.copier.Copy(dv, sv)
 		return nil
 	case sdev || ddev:
 		dev, err := b.f.device()
@@ -481,9 +481,4 @@ func (b *BigMemory) rankErr(rank int, err error) error {
 		return fmt.Errorf("%w (%w)", merr, err)
 	}
 	return err
-}
-
-// copyBytes copies with the parallel host copy for large sizes.
-func copyBytes(dst, src []byte) {
-	copy(dst, src)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
+	"github.com/hmc-go/hmc/transport/shm"
 )
 
 // ErrRankDown is returned by copies to or from a rank that is not a member: it never joined,
@@ -78,7 +79,8 @@ type BigMemory struct {
 	localFD   int         // the memfd behind local (0: none)
 	stages    chan []byte // staging buffers for other ranks' HBM (registered in table)
 	stageRegs []*buffer.Region
-	followMu  sync.Mutex // serialises follow
+	copier    *shm.Copier // host-to-host copies (parallel from 1 MiB)
+	followMu  sync.Mutex  // serialises follow
 
 	mu      sync.RWMutex
 	members map[int]*member           // guarded by mu
@@ -126,6 +128,9 @@ func (f *Fabric) Create(ctx context.Context, id int, o Options) (b *BigMemory, e
 	ctx, cancel := context.WithTimeout(ctx, b.ctl)
 	defer cancel()
 	b.kv = store.Prefixed(f.client, "SMEM_BM_"+strconv.Itoa(id)+"_")
+	if b.copier, err = shm.NewCopier(shm.DefaultConfig()); err != nil {
+		return nil, err
+	}
 	if err := b.reserve(ctx); err != nil {
 		return nil, err
 	}
@@ -623,6 +628,9 @@ func (b *BigMemory) teardown() error {
 		errs = append(errs, dev.Free(b.hbmBuf))
 	}
 	b.releaseSpaces()
+	if b.copier != nil {
+		b.copier.Close()
+	}
 	b.f.mu.Lock()
 	if b.f.objects[b.id] == b {
 		delete(b.f.objects, b.id)

@@ -284,21 +284,23 @@ func (ep *endpoint) copyOp(ctx context.Context, put bool, localOff, remoteOff, n
 // in 2 of 8 runs on the H100 machine: the caller spinning on one P, the GC worker on the other
 // waiting to scan the caller's stack, the helper it waited for runnable with no P
 // (GODEBUG=schedtrace). TestCopyWithoutAsyncPreemption recreates it with asyncpreemptoff=1.
-func (ep *endpoint) copy(dst, src []byte) {
+func (ep *endpoint) copy(dst, src []byte) { copyWith(&ep.cfg, ep.helpers, dst, src) }
+
+func copyWith(cfg *Config, h *helpers, dst, src []byte) {
 	n := uint64(len(src))
-	big := n > ep.cfg.HugeCopy/2 // far beyond the caches: Go's non-temporal copy wins
-	if n < ep.cfg.ParallelThreshold || ep.helpers == nil {
-		pieceCopy(dst, src, ep.cfg.PieceSize, big)
+	big := n > cfg.HugeCopy/2 // far beyond the caches: Go's non-temporal copy wins
+	if n < cfg.ParallelThreshold || h == nil {
+		pieceCopy(dst, src, cfg.PieceSize, big)
 		return
 	}
-	workers := uint64(cap(ep.helpers.jobs) + 1)
-	j := &copyJob{dst: dst, src: src, n: n, big: big, pieceMin: ep.cfg.PieceSize,
-		piece: max(ep.cfg.PieceSize, (n/(workers*4)+4095)&^4095)}
+	workers := uint64(cap(h.jobs) + 1)
+	j := &copyJob{dst: dst, src: src, n: n, big: big, pieceMin: cfg.PieceSize,
+		piece: max(cfg.PieceSize, (n/(workers*4)+4095)&^4095)}
 	j.left.Store(int64(n))
 	j.done = make(chan struct{})
 	for range workers - 1 {
 		select {
-		case ep.helpers.jobs <- j:
+		case h.jobs <- j:
 		default: // helpers busy with an earlier job's tail: do without them
 		}
 	}
@@ -311,6 +313,69 @@ func (ep *endpoint) copy(dst, src []byte) {
 	}
 }
 
+// Copier copies host memory the way the endpoints copy into and out of a peer's mapping:
+// glibc's memcpy for pieces that fit the caches, Go's non-temporal copy for huge ones, split
+// across helper goroutines from Config.ParallelThreshold. The fabric faces use it for copies
+// through co-located peers' memory that they mapped themselves.
+type Copier struct {
+	cfg     Config
+	helpers *helpers
+}
+
+// NewCopier starts a Copier with cfg's copy settings (Workers, HelperSpin, ParallelThreshold,
+// PieceSize, HugeCopy).
+func NewCopier(cfg Config) (*Copier, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	workers := cfg.Workers
+	if workers == 0 {
+		workers = min(runtime.GOMAXPROCS(0), 8)
+	}
+	return &Copier{cfg: cfg, helpers: newHelpers(workers-1, cfg.HelperSpin)}, nil
+}
+
+// Copy copies src into dst (len(src) bytes; dst must be as long). Safe for concurrent use.
+func (c *Copier) Copy(dst, src []byte) { copyWith(&c.cfg, c.helpers, dst[:len(src)], src) }
+
+// CopyV copies srcs[i] into dsts[i] for every i, the pieces shared among the helpers when
+// they add up to a parallel copy's worth (a batch of discrete pieces, each too small to split).
+func (c *Copier) CopyV(dsts, srcs [][]byte) {
+	var n uint64
+	for _, s := range srcs {
+		n += uint64(len(s))
+	}
+	if n < c.cfg.ParallelThreshold || c.helpers == nil || len(srcs) < 2 {
+		for i, s := range srcs {
+			pieceCopy(dsts[i][:len(s)], s, c.cfg.PieceSize, uint64(len(s)) > c.cfg.HugeCopy/2)
+		}
+		return
+	}
+	if n == 0 {
+		return
+	}
+	j := &copyJob{vd: dsts, vs: srcs, n: n, pieceMin: c.cfg.PieceSize}
+	j.left.Store(int64(n))
+	j.done = make(chan struct{})
+	for range min(cap(c.helpers.jobs), len(srcs)-1) {
+		select {
+		case c.helpers.jobs <- j:
+		default:
+		}
+	}
+	j.work()
+	for until := time.Now().Add(claimWait); j.left.Load() != 0; {
+		if !time.Now().Before(until) {
+			<-j.done
+			return
+		}
+	}
+}
+
+// Close stops the helpers; Copy must not be called after.
+func (c *Copier) Close() { c.helpers.close() }
+
 // claimWait bounds the caller's spin for pieces that helpers are still copying: a few pieces'
 // worth. Beyond it the caller parks, which costs a wake-up (tens of µs) but frees its P.
 const claimWait = 200 * time.Microsecond
@@ -322,9 +387,32 @@ type copyJob struct {
 	big        bool
 	next, left atomic.Int64
 	done       chan struct{} // closed by whoever copies the last byte
+	vd, vs     [][]byte      // a vector job (CopyV): pieces claimed whole, by index
+}
+
+// workV copies whole pieces of a vector job until none is left.
+func (j *copyJob) workV() {
+	for {
+		i := j.next.Add(1) - 1
+		if i >= int64(len(j.vs)) {
+			return
+		}
+		n := len(j.vs[i])
+		if n == 0 {
+			continue // only the piece that takes left to 0 closes done
+		}
+		pieceCopy(j.vd[i][:n], j.vs[i], j.pieceMin, j.big)
+		if j.left.Add(-int64(n)) == 0 {
+			close(j.done)
+		}
+	}
 }
 
 func (j *copyJob) work() {
+	if j.vd != nil {
+		j.workV()
+		return
+	}
 	for {
 		off := uint64(j.next.Add(int64(j.piece))) - j.piece
 		if off >= j.n {
@@ -391,6 +479,11 @@ func (h *helpers) close() {
 	}
 }
 
+// libcMin is the smallest copy handed to glibc: below it the call through purego (about half
+// a microsecond) costs more than glibc's copy saves over Go's (BenchmarkSmallCopies: Go's copy
+// is as fast from 16 KiB to 1 MiB), which matters for batches of discrete pieces.
+const libcMin = 1 << 20
+
 // pieceCopy copies src to dst: with glibc's memcpy when it is loadable and the transfer is not
 // far beyond the caches (`rep movsb`, faster than Go's AVX loop there), else with Go's copy
 // (non-temporal stores from 1 MiB: best for data far larger than the caches), in pieces of
@@ -400,7 +493,7 @@ func pieceCopy(dst, src []byte, piece uint64, big bool) {
 	if n == 0 {
 		return
 	}
-	if !big && n > 256 {
+	if !big && n >= libcMin {
 		if mc := libcMemcpy(); mc != nil {
 			mc(unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src)), uintptr(n))
 			return

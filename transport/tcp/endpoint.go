@@ -317,6 +317,36 @@ func (l *lane) write(out outReq) error {
 	return nil
 }
 
+// writeMany sends out and the requests queued behind it (up to writeBatch of them) in one
+// writev: a batch of small PUTs costs one system call instead of one each. Caller holds wmu.
+func (l *lane) writeMany(out outReq) error {
+	var hdrs [writeBatch][reqSize]byte
+	bufs := make(net.Buffers, 0, 2*writeBatch)
+	for i := 0; ; i++ {
+		out.r.encode(&hdrs[i])
+		bufs = append(bufs, hdrs[i][:])
+		if len(out.payload) > 0 {
+			bufs = append(bufs, out.payload)
+		}
+		if i+1 == writeBatch {
+			break
+		}
+		select {
+		case out = <-l.wq:
+			continue
+		default:
+		}
+		break
+	}
+	if _, err := bufs.WriteTo(l.c); err != nil {
+		return fmt.Errorf("tcp: send: %w", wrapIO(err))
+	}
+	return nil
+}
+
+// writeBatch bounds the requests one writev carries.
+const writeBatch = 32
+
 func (l *lane) failure() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -345,7 +375,12 @@ func (ep *endpoint) writeLoop(l *lane) {
 		select {
 		case out := <-l.wq:
 			l.wmu.Lock()
-			err := l.write(out)
+			var err error
+			if len(l.wq) > 0 && l.send == nil {
+				err = l.writeMany(out)
+			} else {
+				err = l.write(out)
+			}
 			l.wmu.Unlock()
 			if err != nil {
 				l.fail(err)
