@@ -188,9 +188,6 @@ func (b *BigMemory) runRest(ctx context.Context, rest []item) []error {
 	return errs
 }
 
-// parallelBatch is the total size from which a batch's plain copies run in parallel.
-const parallelBatch = 1 << 20
-
 // rankOf is the rank an end lives on (this rank for local memory).
 func rankOf(e end, me int) int {
 	if e.global() {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 
 	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/memory"
@@ -269,4 +270,34 @@ func TestInitAndCreateRejects(t *testing.T) {
 		t.Fatalf("create after destroy: %v", err)
 	}
 	_ = store.ErrNotExist
+}
+
+// FlagCreateWithShm backs the local slice with the caller's descriptor: what the library writes
+// is visible through the caller's own mapping of it (another process's, in practice).
+func TestCreateWithShmFD(t *testing.T) {
+	fd, err := unix.MemfdCreate("caller", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Ftruncate(fd, 1<<20); err != nil { // smaller than the slice: grown
+		t.Fatal(err)
+	}
+	_, b := single(t, Options{LocalDRAM: 4 << 20, Flags: FlagCreateWithShm, DRAMShmFD: fd})
+	view, err := unix.Mmap(fd, 0, 4<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(view)
+	gva, _ := b.PtrByMemType(Host, 0)
+	if err := b.Write(testCtx(t), gva+3<<20, []byte("through the caller's fd")); err != nil {
+		t.Fatal(err)
+	}
+	if string(view[3<<20:3<<20+23]) != "through the caller's fd" {
+		t.Fatalf("the caller's mapping holds %q", view[3<<20:3<<20+23])
+	}
+	view[10] = 42
+	if b.Local()[10] != 42 {
+		t.Fatal("the caller's write is not in the slice")
+	}
 }
