@@ -163,8 +163,14 @@ func (b *BigMemory) runRest(ctx context.Context, rest []item) []error {
 		sv, sdone, sok, err := b.hostView(it.s, it.n)
 		if err == nil && sok {
 			dv, ddone, dok, err2 := b.hostView(it.d, it.n)
-			if err2 == nil && dok {
+			if err2 == nil && dok && !overlaps(memory.AddrOf(sv), it.n, memory.AddrOf(dv), it.n) {
 				dsts, srcs, dones = append(dsts, dv), append(srcs, sv), append(dones, sdone, ddone)
+				continue
+			}
+			if err2 == nil && dok {
+				copy(dv, sv) // overlapping: memmove
+				ddone()
+				sdone()
 				continue
 			}
 			if err2 == nil {

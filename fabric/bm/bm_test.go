@@ -110,6 +110,19 @@ func TestSingleRankLayoutAndLocalCopies(t *testing.T) {
 	if err := b.Wait(ctx); err != nil {
 		t.Fatalf("Wait with nothing pending: %v", err)
 	}
+	// Overlapping source and destination (2 MiB, past the copier's glibc threshold): a move.
+	ramp := b.Local()[:3*mib]
+	for i := range ramp {
+		ramp[i] = byte(i / 4096)
+	}
+	if err := b.Copy(ctx, base, base+4096, 2*mib, G2G, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := 4096; i < 2*mib+4096; i++ {
+		if ramp[i] != byte((i-4096)/4096) {
+			t.Fatalf("overlapping G2G: byte %d is %d, want %d", i, ramp[i], byte((i-4096)/4096))
+		}
+	}
 	// Bad input: every error typed, nothing moved.
 	before := bytes.Clone(b.Local())
 	bad := []struct {

@@ -40,7 +40,7 @@ func check(p []byte, f func(i int) byte) error {
 func childOptions(rank int) Options {
 	o := Options{LocalDRAM: 4 * mib, MaxDRAM: 8 * mib}
 	if os.Getenv(memory.EmulateGPUEnv) == "1" {
-		o.LocalHBM = 2 * mib
+		o.LocalHBM = 8 * mib
 	}
 	switch os.Getenv("HMC_BM_OPS") {
 	case "tcp":
@@ -210,6 +210,60 @@ func copies(ctx context.Context, b *BigMemory, me, world int) error {
 		}
 		if err := check(b.Local()[3*mib+512<<10:3*mib+576<<10], func(i int) byte { return pat(s, i) }); err != nil {
 			return fmt.Errorf("G2G from rank %d's HBM: %w", s, err)
+		}
+	}
+	if b.hbm != nil && world >= 2 {
+		// H2G into and G2H out of another rank's HBM (staged here, copied by its owner).
+		t := (me + 1) % world
+		hbm, _ := b.PtrByMemType(Device, t)
+		w := make([]byte, 5*mib+3) // more than one staging chunk
+		fill(w, func(i int) byte { return tag(me, t, i) })
+		if err := b.Copy(ctx, memory.AddrOf(w), hbm+mib+4096, uint64(len(w)), H2G, 0); err != nil {
+			return fmt.Errorf("H2G into rank %d's HBM: %w", t, err)
+		}
+		r := make([]byte, len(w))
+		if err := b.Copy(ctx, hbm+mib+4096, memory.AddrOf(r), uint64(len(r)), G2H, 0); err != nil {
+			return fmt.Errorf("G2H from rank %d's HBM: %w", t, err)
+		}
+		if err := check(r, func(i int) byte { return tag(me, t, i) }); err != nil {
+			return fmt.Errorf("H2G then G2H, rank %d's HBM: %w", t, err)
+		}
+		// L2G from this process's GPU memory into the peer's DRAM slice, G2L back.
+		dev, err := b.f.device()
+		if err != nil {
+			return err
+		}
+		ld, err := dev.Alloc(128 << 10)
+		if err != nil {
+			return err
+		}
+		defer dev.Free(ld)
+		if err := dev.CopyHostToDevice(ld.Ptr(), w[:128<<10]); err != nil {
+			return err
+		}
+		dram := host(t) + 3*mib + 640<<10 + uint64(me)*8192
+		if err := b.Copy(ctx, uint64(ld.Ptr()), dram, 8192, L2G, 0); err != nil {
+			return fmt.Errorf("L2G into rank %d: %w", t, err)
+		}
+		if err := b.Copy(ctx, dram, uint64(ld.Ptr())+8192, 8192, G2L, 0); err != nil {
+			return fmt.Errorf("G2L from rank %d: %w", t, err)
+		}
+		back := make([]byte, 16384)
+		if err := dev.CopyDeviceToHost(back, ld.Ptr()); err != nil {
+			return err
+		}
+		if err := check(back[8192:], func(i int) byte { return tag(me, t, i) }); err != nil {
+			return fmt.Errorf("L2G then G2L through rank %d: %w", t, err)
+		}
+		big := make([]byte, 9*mib)
+		if err := b.Copy(ctx, hbm, memory.AddrOf(big), uint64(len(big)), G2H, 0); !errors.Is(err, status.ErrOutOfRange) {
+			return fmt.Errorf("G2H of 9 MiB from an 8 MiB HBM slice: %v", err)
+		}
+		if err := b.Copy(ctx, hbm, memory.AddrOf(big), mib, G2H, 0); err != nil {
+			return fmt.Errorf("G2H 1 MiB from rank %d's HBM: %w", t, err)
+		}
+		if err := check(big[:mib], func(i int) byte { return pat(t, i) }); err != nil {
+			return fmt.Errorf("G2H from rank %d's HBM: %w", t, err)
 		}
 	}
 	if err := b.Barrier(ctx); err != nil {

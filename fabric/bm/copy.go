@@ -266,6 +266,10 @@ func (b *BigMemory) copyOne(ctx context.Context, s, d end, n uint64) error {
 	dp, ddev := b.devicePtr(d)
 	switch {
 	case sok && dok:
+		if overlaps(memory.AddrOf(sv), n, memory.AddrOf(dv), n) {
+			copy(dv, sv) // memmove: the copier's pieces and glibc's memcpy assume disjoint ranges
+			return nil
+		}
 		b.copier.Copy(dv, sv)
 		return nil
 	case sdev || ddev:
