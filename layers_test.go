@@ -12,9 +12,10 @@ var layers = map[string]int{
 	"status": 0, "internal/acceptor": 0, "internal/etcdproc": 0, "internal/etcdtest": 1, "internal/peercred": 1, "memory": 1,
 	"buffer": 2, "ctrl": 2, "coord/store": 2, "coord/store/storetest": 2, "coord/group": 2,
 	"transport": 3, "transport/tcp": 3, "transport/shm": 3, "transport/transporttest": 3, "transport/ucx": 3,
-	"comm": 4, "collective": 5, "metrics": 5, "fabric/internal/gva": 5, "fabric/internal/mesh": 5,
-	"fabric/bm": 6,
-	"":          7, "bench": 7, "cmd/hmc": 8, "capi": 8,
+	"comm": 4, "collective": 5, "metrics": 5, "fabric/internal/gva": 5, "fabric/internal/mesh": 5, "fabric/internal/rpc": 5,
+	"fabric/trans": 6,
+	"fabric/bm":    6,
+	"":             7, "bench": 7, "cmd/hmc": 8, "capi": 8,
 	"capi/internal/cabi": 8, "capi/internal/hmcapi": 8, "capi/internal/storeapi": 8,
 }
 

@@ -1,0 +1,316 @@
+// Package rpc is the small request/response channel of the fabric faces: a process asks a peer
+// to act for it (Big Memory's copy agent, the transfer engine's hello and notifications). A
+// connection carries one request at a time; a frame is a little-endian u32 length (at most
+// MaxFrame) and JSON. Errors cross with their status code and, for the sentinels both sides
+// name, the sentinel itself, so the caller's error wraps what the server met.
+package rpc
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hmc-go/hmc/status"
+)
+
+// MaxFrame bounds a frame.
+const MaxFrame = 8 << 20
+
+// Sentinel names an error both sides know.
+type Sentinel struct {
+	Name string
+	Err  error
+}
+
+// base are the sentinels every channel knows.
+var base = []Sentinel{{"out_of_range", status.ErrOutOfRange}, {"peer_closed", status.ErrPeerClosed},
+	{"closed", status.ErrClosed}, {"permission", status.ErrPermission}, {"protocol", status.ErrProtocol}}
+
+type request struct {
+	Method string          `json:"m"`
+	Body   json.RawMessage `json:"b,omitempty"`
+}
+
+type response struct {
+	Code int             `json:"code"`
+	Kind string          `json:"kind,omitempty"`
+	Err  string          `json:"err,omitempty"`
+	Body json.RawMessage `json:"b,omitempty"`
+}
+
+// Handler answers one request: method and its JSON body; the result is marshalled as the
+// reply's body.
+type Handler func(ctx context.Context, method string, body json.RawMessage) (any, error)
+
+// Server serves requests on a TCP listener.
+type Server struct {
+	l         net.Listener
+	h         Handler
+	timeout   time.Duration
+	sentinels []Sentinel
+	wg        sync.WaitGroup
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{} // guarded by mu
+	closed bool                  // guarded by mu
+}
+
+// Listen serves h on addr ("ip:port"; port 0 picks one). Each request runs with a context
+// bounded by timeout. extra are the face's own sentinels (checked before the base ones).
+func Listen(addr string, h Handler, timeout time.Duration, extra ...Sentinel) (*Server, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("rpc: listen %s: %w: %w", addr, status.ErrFailed, err)
+	}
+	s := &Server{l: l, h: h, timeout: timeout, sentinels: append(extra, base...), conns: make(map[net.Conn]struct{})}
+	s.wg.Add(1)
+	go s.accept() // owned by s: Close stops and waits
+	return s, nil
+}
+
+// Addr returns the address peers dial.
+func (s *Server) Addr() string { return s.l.Addr().String() }
+
+func (s *Server) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.l.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serve(c) // owned by s
+	}
+}
+
+func (s *Server) serve(c net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		_ = c.Close()
+	}()
+	r := bufio.NewReader(c)
+	for {
+		var req request
+		if err := readFrame(r, &req); err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		out, err := s.h(ctx, req.Method, req.Body)
+		cancel()
+		var resp response
+		if err == nil && out != nil {
+			resp.Body, err = json.Marshal(out)
+		}
+		if err != nil {
+			resp = response{Code: int(status.CodeOf(err)), Kind: kind(s.sentinels, err), Err: err.Error()}
+		}
+		if err := writeFrame(c, resp); err != nil {
+			return
+		}
+	}
+}
+
+func kind(ss []Sentinel, err error) string {
+	for _, s := range ss {
+		if errors.Is(err, s.Err) {
+			return s.Name
+		}
+	}
+	return ""
+}
+
+// Close stops serving and waits for the connections' goroutines.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	for c := range s.conns {
+		_ = c.Close()
+	}
+	s.mu.Unlock()
+	err := s.l.Close()
+	s.wg.Wait()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Client keeps one connection per server address, used by one request at a time.
+type Client struct {
+	timeout   time.Duration
+	sentinels []Sentinel
+
+	mu     sync.Mutex
+	conns  map[string]*conn // guarded by mu
+	closed bool             // guarded by mu
+}
+
+type conn struct {
+	mu sync.Mutex // one request at a time
+	c  net.Conn
+	r  *bufio.Reader
+}
+
+// NewClient returns a Client whose calls without a deadline are bounded by timeout.
+func NewClient(timeout time.Duration, extra ...Sentinel) *Client {
+	return &Client{timeout: timeout, sentinels: append(extra, base...), conns: make(map[string]*conn)}
+}
+
+// Call sends method with req (JSON) to the server at addr and decodes its reply into resp
+// (nil: ignored). A failed connection is dropped (the next call dials again) and reads as
+// ErrPeerClosed; the server's error comes back wrapping its sentinel.
+func (c *Client) Call(ctx context.Context, addr, method string, req, resp any) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return fmt.Errorf("rpc: %w", status.ErrClosed)
+	}
+	cc := c.conns[addr]
+	if cc == nil {
+		cc = &conn{}
+		c.conns[addr] = cc
+	}
+	c.mu.Unlock()
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("rpc: %s: %w: %w", method, status.ErrInvalidConfig, err)
+	}
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.c == nil {
+		var d net.Dialer
+		nc, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			if cerr := status.FromContext(ctx); cerr != nil {
+				return cerr
+			}
+			return fmt.Errorf("rpc: %s: %w: %w", addr, status.ErrPeerClosed, err)
+		}
+		cc.c, cc.r = nc, bufio.NewReader(nc)
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(c.timeout)
+	}
+	_ = cc.c.SetDeadline(dl)
+	var out response
+	err = writeFrame(cc.c, request{Method: method, Body: body})
+	if err == nil {
+		err = readFrame(cc.r, &out)
+	}
+	if err != nil {
+		_ = cc.c.Close()
+		cc.c = nil
+		if cerr := status.FromContext(ctx); cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("rpc: %s %s: %w: %w", addr, method, status.ErrPeerClosed, err)
+	}
+	if out.Code != 0 {
+		return fmt.Errorf("%s: %w", out.Err, c.sentinel(out))
+	}
+	if resp != nil && len(out.Body) > 0 {
+		if err := json.Unmarshal(out.Body, resp); err != nil {
+			return fmt.Errorf("rpc: %s reply: %w: %w", method, status.ErrProtocol, err)
+		}
+	}
+	return nil
+}
+
+func (c *Client) sentinel(r response) error {
+	for _, s := range c.sentinels {
+		if s.Name == r.Kind {
+			return s.Err
+		}
+	}
+	return status.Code(r.Code).Err()
+}
+
+// Forget closes the connection to addr (its server went away).
+func (c *Client) Forget(addr string) {
+	c.mu.Lock()
+	cc := c.conns[addr]
+	delete(c.conns, addr)
+	c.mu.Unlock()
+	if cc != nil {
+		cc.mu.Lock()
+		if cc.c != nil {
+			_ = cc.c.Close()
+			cc.c = nil
+		}
+		cc.mu.Unlock()
+	}
+}
+
+// Close closes every connection; later calls fail with ErrClosed.
+func (c *Client) Close() {
+	c.mu.Lock()
+	c.closed = true
+	conns := c.conns
+	c.conns = map[string]*conn{}
+	c.mu.Unlock()
+	for _, cc := range conns {
+		cc.mu.Lock()
+		if cc.c != nil {
+			_ = cc.c.Close()
+			cc.c = nil
+		}
+		cc.mu.Unlock()
+	}
+}
+
+func writeFrame(w io.Writer, v any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(body) > MaxFrame {
+		return fmt.Errorf("rpc: frame of %d bytes: %w", len(body), status.ErrInvalidConfig)
+	}
+	buf := make([]byte, 4+len(body))
+	binary.LittleEndian.PutUint32(buf, uint32(len(body)))
+	copy(buf[4:], body)
+	_, err = w.Write(buf)
+	return err
+}
+
+func readFrame(r io.Reader, v any) error {
+	var h [4]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return err
+	}
+	n := binary.LittleEndian.Uint32(h[:])
+	if n > MaxFrame {
+		return fmt.Errorf("rpc: frame of %d bytes: %w", n, status.ErrProtocol)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("rpc: frame: %w: %w", status.ErrProtocol, err)
+	}
+	return nil
+}
