@@ -35,7 +35,9 @@ type fwdItem struct {
 }
 
 // fwd is a forwarded GVA-to-GVA copy.
-func fwd(src, dst, n uint64) fwdItem { return fwdItem{Src: src, Dst: dst, Size: n, SrcRank: -1, DstRank: -1} }
+func fwd(src, dst, n uint64) fwdItem {
+	return fwdItem{Src: src, Dst: dst, Size: n, SrcRank: -1, DstRank: -1}
+}
 
 var rankDown = rpc.Sentinel{Name: "rank_down", Err: ErrRankDown}
 

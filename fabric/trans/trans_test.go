@@ -1,0 +1,373 @@
+package trans
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/hmc-go/hmc/coord/store"
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("HMC_TRANS_CHILD") != "" {
+		os.Exit(child())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+type target struct {
+	cmd  *exec.Cmd
+	id   string
+	addr uint64
+}
+
+// spawnTarget starts a target process named id (port 0: any) on metadata meta.
+func spawnTarget(t *testing.T, id, meta string) *target {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "HMC_TRANS_CHILD=target", "HMC_TRANS_ID="+id, "HMC_TRANS_META="+meta)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	ready := make(chan string, 1)
+	go func() { // ends when the child's stdout closes
+		for sc.Scan() {
+			if l := sc.Text(); strings.HasPrefix(l, "READY") || strings.HasPrefix(l, "FAIL") {
+				select {
+				case ready <- l:
+				default:
+				}
+			}
+		}
+	}()
+	select {
+	case l := <-ready:
+		tg := &target{cmd: cmd}
+		if _, err := fmt.Sscanf(l, "READY %s %d", &tg.id, &tg.addr); err != nil {
+			t.Fatalf("target said %q", l)
+		}
+		return tg
+	case <-time.After(30 * time.Second):
+		t.Fatal("target did not start")
+	}
+	return nil
+}
+
+func freeID(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func initiator(t *testing.T, meta string, kinds ...transport.ConnType) *Engine {
+	t.Helper()
+	cfg := DefaultConfig()
+	if kinds != nil {
+		cfg.Kinds = kinds
+	}
+	e, err := Create(testCtx(t), meta, "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return e
+}
+
+// waitNotify waits for a notification whose message starts with prefix.
+func waitNotify(t *testing.T, e *Engine, prefix string) Notify {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, n := range e.Notifies() {
+			if strings.HasPrefix(n.Msg, prefix) {
+				return n
+			}
+			if strings.HasPrefix(n.Msg, "bad") {
+				t.Fatalf("target: %s", n.Msg)
+			}
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	t.Fatalf("no %q notification", prefix)
+	return Notify{}
+}
+
+// Mooncake's tcp_write_visibility scenario: 400 writes, each followed by its notification; the
+// target checks every byte of each before the next (a torn or early-completed write shows),
+// over TCP and over shared memory; a write to memory the target did not register fails.
+func TestWriteVisibility(t *testing.T) {
+	for _, k := range []transport.ConnType{transport.TCP, transport.SHM} {
+		t.Run(k.String(), func(t *testing.T) {
+			tg := spawnTarget(t, "127.0.0.1:0", P2P)
+			e := initiator(t, P2P, k)
+			ctx := testCtx(t)
+			const n = 1 << 20
+			src := make([]byte, n)
+			if err := e.Register(memory.AddrOf(src), n); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 400 {
+				for j := range src {
+					src[j] = iterByte(i, j)
+				}
+				note := &Notify{Msg: fmt.Sprintf("check %d %d", i, n)}
+				if err := e.Transfer(ctx, tg.id, []Request{{Op: Write, Local: memory.AddrOf(src), Remote: tg.addr, Size: n}}, note); err != nil {
+					t.Fatalf("iteration %d: %v", i, err)
+				}
+				waitNotify(t, e, fmt.Sprintf("ok %d", i))
+			}
+			if err := e.Write(ctx, tg.id, memory.AddrOf(src), tg.addr+childSize, 8); !errors.Is(err, status.ErrNotFound) && !errors.Is(err, status.ErrOutOfRange) {
+				t.Fatalf("write past the registered memory: %v", err)
+			}
+			if err := e.Write(ctx, tg.id, memory.AddrOf(src), tg.addr+childSize-4, 8); !errors.Is(err, status.ErrOutOfRange) {
+				t.Fatalf("write across the registered memory's end: %v", err)
+			}
+			// Read back and check the last iteration.
+			back := make([]byte, n)
+			if err := e.Read(ctx, tg.id, memory.AddrOf(back), tg.addr, n); err != nil {
+				t.Fatal(err)
+			}
+			for j := range back {
+				if back[j] != iterByte(399, j) {
+					t.Fatalf("read back: byte %d", j)
+				}
+			}
+		})
+	}
+}
+
+// NIXL's reconnect scenario: a transfer succeeds, the target is killed, transfers fail with a
+// typed error, the target restarts under the same id, and transfers succeed again, without
+// restarting the initiator; with the embedded store, which also drops the dead peer at once.
+func TestReconnect(t *testing.T) {
+	for _, meta := range []string{P2P, "store"} {
+		t.Run(meta, func(t *testing.T) {
+			if meta == "store" {
+				srv, err := store.Listen("tcp://127.0.0.1:0", store.ServerConfig{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer srv.Close()
+				meta = srv.URL()
+			}
+			id := freeID(t)
+			tg := spawnTarget(t, id, meta)
+			e := initiator(t, meta)
+			ctx := testCtx(t)
+			src := []byte("before and after the restart")
+			if err := e.Write(ctx, id, memory.AddrOf(src), tg.addr, uint64(len(src))); err != nil {
+				t.Fatal(err)
+			}
+			_ = tg.cmd.Process.Kill()
+			_ = tg.cmd.Wait()
+			start := time.Now()
+			var err error
+			for time.Since(start) < 20*time.Second {
+				if err = e.Write(ctx, id, memory.AddrOf(src), tg.addr, uint64(len(src))); err != nil {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if !errors.Is(err, status.ErrPeerClosed) && !errors.Is(err, status.ErrClosed) {
+				t.Fatalf("write to the dead target: %v, want ErrPeerClosed", err)
+			}
+			t.Logf("dead target: failed after %v: %v", time.Since(start), err)
+			tg = spawnTarget(t, id, meta)
+			if err := e.Write(ctx, id, memory.AddrOf(src), tg.addr, uint64(len(src))); err != nil {
+				t.Fatalf("write to the restarted target: %v", err)
+			}
+			back := make([]byte, len(src))
+			if err := e.Read(ctx, id, memory.AddrOf(back), tg.addr, uint64(len(back))); err != nil || string(back) != string(src) {
+				t.Fatalf("read from the restarted target: %q %v", back, err)
+			}
+		})
+	}
+}
+
+// Batches, paged descriptors, async submission with status, notifications, registration in
+// bulk (1,000 buffers, usable by the peer at once), Malloc, a real Deregister, and bad input.
+func TestBatchesAndRegistration(t *testing.T) {
+	tg := spawnTarget(t, "127.0.0.1:0", P2P)
+	e := initiator(t, P2P, transport.TCP)
+	ctx := testCtx(t)
+	// Batch write of 64 blocks of 64 KiB, every other one contiguous (merged), read back.
+	const blk = 64 << 10
+	src := make([]byte, 64*blk)
+	for i := range src {
+		src[i] = byte(i*31 + i>>16)
+	}
+	var locals, remotes, sizes []uint64
+	for i := range 64 {
+		locals = append(locals, memory.AddrOf(src)+uint64(i)*blk)
+		remotes = append(remotes, tg.addr+uint64(i)*blk+uint64(i/2)*4096) // pairs contiguous
+		sizes = append(sizes, blk)
+	}
+	if err := e.BatchWrite(ctx, tg.id, locals, remotes, sizes); err != nil {
+		t.Fatal(err)
+	}
+	back := make([]byte, len(src))
+	var blocals []uint64
+	for i := range 64 {
+		blocals = append(blocals, memory.AddrOf(back)+uint64(i)*blk)
+	}
+	if err := e.BatchRead(ctx, tg.id, blocals, remotes, sizes); err != nil {
+		t.Fatal(err)
+	}
+	if string(back) != string(src) {
+		t.Fatal("batch write then batch read differ")
+	}
+	// Paged: blocks 5, 6, 7 and 2 of the local layout to remote blocks 10, 11, 12 and 0.
+	pg := Paged{Op: Write, LocalBase: memory.AddrOf(src), RemoteBase: tg.addr + 4<<20, BlockSize: blk,
+		LocalBlocks: []uint32{5, 6, 7, 2}, RemoteBlocks: []uint32{10, 11, 12, 0}}
+	if rs, _ := pg.Requests(); len(mergeRequests(rs)) != 2 {
+		t.Fatalf("paged runs not merged: %d requests", len(mergeRequests(rs)))
+	}
+	if err := e.TransferPaged(ctx, tg.id, pg, &Notify{Msg: "paged done"}); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, blk)
+	if err := e.Read(ctx, tg.id, memory.AddrOf(got), tg.addr+4<<20+11*blk, blk); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(src[6*blk:7*blk]) {
+		t.Fatal("paged block 6 -> 11")
+	}
+	// Async: Submit, poll Status, Wait.
+	b, err := e.Submit(ctx, tg.id, []Request{{Op: Write, Local: memory.AddrOf(src), Remote: tg.addr, Size: uint64(len(src))}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b.Status() == Pending {
+		time.Sleep(10 * time.Microsecond)
+	}
+	if b.Status() != Completed || b.Wait(ctx) != nil {
+		t.Fatalf("async batch: %v %v", b.Status(), b.Wait(ctx))
+	}
+	// A failing async batch reads Failed, with the target's refusal.
+	b, err = e.Submit(ctx, tg.id, []Request{{Op: Write, Local: memory.AddrOf(src), Remote: 4096, Size: 8}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Wait(ctx); !errors.Is(err, status.ErrNotFound) || b.Status() != Failed {
+		t.Fatalf("write to an unregistered address: %v, status %v", err, b.Status())
+	}
+	// Registration: 1,000 buffers in one batch, the last usable by the peer at once.
+	bufs := make([][]byte, 1000)
+	var list []Buffer
+	for i := range bufs {
+		bufs[i] = make([]byte, 4096+i) // separate allocations: not coalesced
+		bufs[i][0] = byte(i)
+		list = append(list, Buffer{Addr: memory.AddrOf(bufs[i]), Size: uint64(len(bufs[i]))})
+	}
+	start := time.Now()
+	if err := e.BatchRegister(list); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SendNotify(ctx, tg.id, Notify{Msg: fmt.Sprintf("pull %d %d", list[999].Addr, list[999].Size)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := waitNotify(t, e, "pulled"); n.Msg != "pulled ok" {
+		t.Fatalf("the peer could not read a buffer just registered: %s", n.Msg)
+	}
+	t.Logf("1,000 buffers registered and one read by the peer in %v", time.Since(start))
+	// Deregister is real: the peer's read now fails.
+	if err := e.Deregister(ctx, list[999].Addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SendNotify(ctx, tg.id, Notify{Msg: fmt.Sprintf("pull %d %d", list[999].Addr, list[999].Size)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := waitNotify(t, e, "pulled"); n.Msg == "pulled ok" {
+		t.Fatal("the peer read memory after Deregister")
+	}
+	if err := e.Deregister(ctx, list[999].Addr); !errors.Is(err, status.ErrNotFound) {
+		t.Fatalf("second Deregister: %v", err)
+	}
+	// Coalescing: overlapping and adjacent ranges become one registration.
+	big := make([]byte, 3*4096)
+	if err := e.BatchRegister([]Buffer{{memory.AddrOf(big), 4096}, {memory.AddrOf(big) + 2048, 4096}, {memory.AddrOf(big) + 6144, 6144}}); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, b := range e.Buffers() {
+		if b.Addr == memory.AddrOf(big) && b.Size == uint64(len(big)) {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("batch registration did not coalesce")
+	}
+	pb, err := e.PeerBuffers(ctx, tg.id)
+	if err != nil || len(pb) != 1 || pb[0].Addr != tg.addr || pb[0].Size != childSize {
+		t.Fatalf("peer buffers: %v %v", pb, err)
+	}
+	// Malloc and Free.
+	m, err := e.Malloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Free(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Free(ctx, m); !errors.Is(err, status.ErrNotFound) {
+		t.Fatalf("double Free: %v", err)
+	}
+	// Bad input.
+	for name, err := range map[string]error{
+		"zero size":   e.Write(ctx, tg.id, memory.AddrOf(src), tg.addr, 0),
+		"null local":  e.Write(ctx, tg.id, 0, tg.addr, 8),
+		"bad peer id": e.Write(ctx, "nohost", memory.AddrOf(src), tg.addr, 8),
+		"lengths":     e.BatchWrite(ctx, tg.id, locals, remotes[:3], sizes),
+		"paged":       e.TransferPaged(ctx, tg.id, Paged{BlockSize: 0, LocalBlocks: []uint32{1}, RemoteBlocks: []uint32{1}}, nil),
+		"register 0":  e.Register(0, 8),
+	} {
+		if !errors.Is(err, status.ErrInvalidConfig) {
+			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+	if _, err := Create(ctx, P2P, "localhost:1", DefaultConfig()); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Errorf("a host name as unique id: %v", err)
+	}
+	rc := DefaultConfig()
+	rc.Role = Receiver
+	r, err := Create(ctx, P2P, "[::1]:0", rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.Write(ctx, tg.id, memory.AddrOf(src), tg.addr, 8); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Errorf("a receiver initiating: %v", err)
+	}
+}

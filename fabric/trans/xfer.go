@@ -1,0 +1,307 @@
+package trans
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+// Opcode is a transfer's direction (Mooncake's TransferOpcode values).
+type Opcode int
+
+// The opcodes.
+const (
+	Read  Opcode = 0 // remote -> local
+	Write Opcode = 1 // local -> remote
+)
+
+// Request is one transfer of a batch: Size bytes between this process's memory at Local and
+// the peer's at Remote (its own virtual address, inside memory it registered).
+type Request struct {
+	Op            Opcode
+	Local, Remote uint64
+	Size          uint64
+}
+
+// Status is a batch's state (Mooncake's TransferStatusEnum values).
+type Status int
+
+// The statuses.
+const (
+	Waiting Status = iota
+	Pending
+	Invalid
+	Canceled
+	Completed
+	Timeout
+	Failed
+)
+
+func (s Status) String() string {
+	return [...]string{"waiting", "pending", "invalid", "canceled", "completed", "timeout", "failed"}[s]
+}
+
+// MaxBatch bounds the requests of one batch.
+const MaxBatch = 1 << 20
+
+// Batch is a submitted set of transfers to one peer.
+type Batch struct {
+	done  chan struct{}
+	state atomic.Int32
+	err   error // set before done closes
+}
+
+// Status returns the batch's state without waiting.
+func (b *Batch) Status() Status { return Status(b.state.Load()) }
+
+// Done is closed when the batch has completed, failed or timed out.
+func (b *Batch) Done() <-chan struct{} { return b.done }
+
+// Wait waits for the batch and returns its error (nil when completed).
+func (b *Batch) Wait(ctx context.Context) error {
+	select {
+	case <-b.done:
+		return b.err
+	case <-ctx.Done():
+		return status.FromContext(ctx)
+	}
+}
+
+// Write copies size bytes at local to the peer's memory at remote; it returns when they are
+// visible there.
+func (e *Engine) Write(ctx context.Context, peer string, local, remote, size uint64) error {
+	return e.Transfer(ctx, peer, []Request{{Op: Write, Local: local, Remote: remote, Size: size}}, nil)
+}
+
+// Read copies size bytes of the peer's memory at remote to local.
+func (e *Engine) Read(ctx context.Context, peer string, local, remote, size uint64) error {
+	return e.Transfer(ctx, peer, []Request{{Op: Read, Local: local, Remote: remote, Size: size}}, nil)
+}
+
+// BatchWrite writes every (locals[i], remotes[i], sizes[i]).
+func (e *Engine) BatchWrite(ctx context.Context, peer string, locals, remotes, sizes []uint64) error {
+	reqs, err := requests(Write, locals, remotes, sizes)
+	if err != nil {
+		return err
+	}
+	return e.Transfer(ctx, peer, reqs, nil)
+}
+
+// BatchRead reads every (locals[i], remotes[i], sizes[i]).
+func (e *Engine) BatchRead(ctx context.Context, peer string, locals, remotes, sizes []uint64) error {
+	reqs, err := requests(Read, locals, remotes, sizes)
+	if err != nil {
+		return err
+	}
+	return e.Transfer(ctx, peer, reqs, nil)
+}
+
+func requests(op Opcode, locals, remotes, sizes []uint64) ([]Request, error) {
+	if len(locals) != len(remotes) || len(locals) != len(sizes) {
+		return nil, fmt.Errorf("trans: %d locals, %d remotes, %d sizes: %w", len(locals), len(remotes), len(sizes), status.ErrInvalidConfig)
+	}
+	reqs := make([]Request, len(locals))
+	for i := range locals {
+		reqs[i] = Request{Op: op, Local: locals[i], Remote: remotes[i], Size: sizes[i]}
+	}
+	return reqs, nil
+}
+
+// Transfer runs reqs to peer and returns when all are complete; notify, if set, is delivered to
+// the peer after them.
+func (e *Engine) Transfer(ctx context.Context, peer string, reqs []Request, notify *Notify) error {
+	b, err := e.Submit(ctx, peer, reqs, notify)
+	if err != nil {
+		return err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.cfg.Timeout)
+		defer cancel()
+	}
+	return b.Wait(ctx)
+}
+
+// Submit starts reqs to peer and returns at once (Mooncake's submitTransfer, with notify its
+// submitTransferWithNotify). Requests are checked first (nothing moves if one is bad); the
+// batch times out after Config.Timeout.
+func (e *Engine) Submit(ctx context.Context, peerID string, reqs []Request, notify *Notify) (*Batch, error) {
+	if e.cfg.Role == Receiver {
+		return nil, fmt.Errorf("trans: a receiver does not initiate transfers: %w", status.ErrInvalidConfig)
+	}
+	if len(reqs) == 0 || len(reqs) > MaxBatch {
+		return nil, fmt.Errorf("trans: batch of %d requests: %w", len(reqs), status.ErrInvalidConfig)
+	}
+	for i, r := range reqs {
+		if (r.Op != Read && r.Op != Write) || r.Local == 0 || r.Remote == 0 || r.Size == 0 || r.Local+r.Size < r.Local || r.Remote+r.Size < r.Remote {
+			return nil, fmt.Errorf("trans: request %d (op %d, %d bytes %#x <-> %#x): %w", i, r.Op, r.Size, r.Local, r.Remote, status.ErrInvalidConfig)
+		}
+	}
+	p, err := e.peer(ctx, peerID)
+	if err != nil {
+		return nil, err
+	}
+	reqs = mergeRequests(reqs)
+	b := &Batch{done: make(chan struct{})}
+	b.state.Store(int32(Pending))
+	ops, kind, ep, err := e.post(ctx, p, reqs)
+	if err != nil {
+		e.dropIfGone(p, err)
+		return nil, err
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("trans: %w", status.ErrClosed)
+	}
+	e.wg.Add(1)
+	e.mu.Unlock()
+	go func() { // owned by e: Close waits for it
+		defer e.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+		defer cancel()
+		var errs []error
+		for _, op := range ops {
+			if err := op.Wait(ctx); err != nil {
+				errs = append(errs, err)
+				if status.FromContext(ctx) != nil {
+					break
+				}
+			}
+		}
+		err := errors.Join(errs...)
+		if err == nil && notify != nil {
+			n := *notify
+			if n.Name == "" {
+				n.Name = e.id
+			}
+			err = e.call(ctx, peerID, "notify", []Notify{n}, nil)
+		}
+		st := Completed
+		switch {
+		case err != nil && errors.Is(err, status.ErrTimeout):
+			st = Timeout
+		case err != nil:
+			st = Failed
+			if kind >= 0 && !errors.Is(err, status.ErrOutOfRange) && !errors.Is(err, status.ErrNotFound) {
+				e.mesh.Drop(p.id, kind, ep)
+				e.dropIfGone(p, err)
+			}
+		}
+		if err != nil {
+			err = fmt.Errorf("trans: to %s: %w", peerID, err)
+		}
+		b.err = err
+		b.state.Store(int32(st))
+		close(b.done)
+	}()
+	return b, nil
+}
+
+// dropIfGone forgets a peer after an error that says its process is gone, so its restart is
+// reached anew.
+func (e *Engine) dropIfGone(p *peer, err error) {
+	if errors.Is(err, status.ErrPeerClosed) || errors.Is(err, status.ErrClosed) {
+		e.forget(p.uid)
+	}
+}
+
+// post posts every request on the first transport to p that connects (shared memory for a peer
+// on this host, then the others in Config.Kinds' order).
+func (e *Engine) post(ctx context.Context, p *peer, reqs []Request) ([]*transport.Op, transport.ConnType, transport.Endpoint, error) {
+	var errs []error
+	for _, k := range e.cfg.Kinds {
+		if k == transport.SHM && !e.mesh.SameHost(p.card) {
+			continue
+		}
+		ep, err := e.mesh.Endpoint(ctx, p.id, k)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r := ep.(transport.RMA)
+		ops := make([]*transport.Op, 0, len(reqs))
+		for _, q := range reqs {
+			local := memory.HostSlice(memory.Ptr(q.Local), q.Size)
+			remote := transport.Remote{Addr: q.Remote}
+			var op *transport.Op
+			if q.Op == Write {
+				op, err = r.WriteAsync(ctx, local, remote)
+			} else {
+				op, err = r.ReadAsync(ctx, local, remote)
+			}
+			if err != nil {
+				op = transport.Failed(err)
+			}
+			ops = append(ops, op)
+		}
+		return ops, k, ep, nil
+	}
+	return nil, -1, nil, fmt.Errorf("trans: no transport reaches %s: %w", p.uid, errors.Join(errs...))
+}
+
+// mergeRequests joins neighbours of the same direction whose local and remote ranges are both
+// contiguous.
+func mergeRequests(reqs []Request) []Request {
+	out := make([]Request, 0, len(reqs))
+	for _, r := range reqs {
+		if n := len(out); n > 0 {
+			l := &out[n-1]
+			if l.Op == r.Op && l.Local+l.Size == r.Local && l.Remote+l.Size == r.Remote {
+				l.Size += r.Size
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// SendNotify delivers a notification to peer on its own.
+func (e *Engine) SendNotify(ctx context.Context, peer string, n Notify) error {
+	if n.Name == "" {
+		n.Name = e.id
+	}
+	return e.call(ctx, peer, "notify", []Notify{n}, nil)
+}
+
+// Paged describes transfers of whole blocks of paged KV layouts in one request: block i of the
+// list moves LocalBlocks[i] (at LocalBase + index × BlockSize) to or from RemoteBlocks[i] (at
+// RemoteBase + index × BlockSize). Runs of consecutive indices on both sides go as one
+// transfer.
+type Paged struct {
+	Op                        Opcode
+	LocalBase, RemoteBase     uint64
+	BlockSize                 uint64
+	LocalBlocks, RemoteBlocks []uint32
+}
+
+// Requests expands p into requests.
+func (p Paged) Requests() ([]Request, error) {
+	if len(p.LocalBlocks) != len(p.RemoteBlocks) || len(p.LocalBlocks) == 0 || p.BlockSize == 0 {
+		return nil, fmt.Errorf("trans: paged: %d local and %d remote blocks of %d bytes: %w", len(p.LocalBlocks), len(p.RemoteBlocks), p.BlockSize, status.ErrInvalidConfig)
+	}
+	reqs := make([]Request, len(p.LocalBlocks))
+	for i := range reqs {
+		lo, ro := uint64(p.LocalBlocks[i])*p.BlockSize, uint64(p.RemoteBlocks[i])*p.BlockSize
+		if lo/p.BlockSize != uint64(p.LocalBlocks[i]) || p.LocalBase+lo < p.LocalBase || p.RemoteBase+ro < p.RemoteBase {
+			return nil, fmt.Errorf("trans: paged: block %d overflows: %w", i, status.ErrOutOfRange)
+		}
+		reqs[i] = Request{Op: p.Op, Local: p.LocalBase + lo, Remote: p.RemoteBase + ro, Size: p.BlockSize}
+	}
+	return reqs, nil
+}
+
+// TransferPaged runs a paged descriptor (notify as Transfer's).
+func (e *Engine) TransferPaged(ctx context.Context, peer string, p Paged, notify *Notify) error {
+	reqs, err := p.Requests()
+	if err != nil {
+		return err
+	}
+	return e.Transfer(ctx, peer, reqs, notify)
+}
