@@ -81,13 +81,32 @@ func traceTo(path string) (stop func()) {
 	return diagnose("trace", path, trace.Start, trace.Stop)
 }
 
-// diagnose starts a diagnostic writing to path (a `hmc bench` server child writes
+// isServerChild says whether args run the passive side of a benchmark (`hmc bench server`,
+// `hmc bm serve`, `hmc trans bench --mode target`), which benchmarks start as children.
+func isServerChild(args []string) bool {
+	if len(args) < 3 {
+		return false
+	}
+	switch {
+	case args[1] == "bench" && args[2] == "server", args[1] == "bm" && args[2] == "serve":
+		return true
+	case args[1] == "trans":
+		for i, a := range args {
+			if a == "--mode=target" || a == "--mode" && i+1 < len(args) && args[i+1] == "target" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// diagnose starts a diagnostic writing to path (a benchmark's server child writes
 // path.server) and returns what ends it; nothing when path is empty.
 func diagnose(what, path string, start func(io.Writer) error, end func()) (stop func()) {
 	if path == "" {
 		return func() {}
 	}
-	if len(os.Args) > 2 && os.Args[1] == "bench" && os.Args[2] == "server" {
+	if isServerChild(os.Args) {
 		path += ".server"
 	}
 	f, err := os.Create(path)
@@ -111,7 +130,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(benchCmd(), bmCmd(), infoCmd(), storeCmd(), &cobra.Command{
+	root.AddCommand(benchCmd(), bmCmd(), transCmd(), infoCmd(), storeCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "hmc", buildVersion()) },

@@ -277,10 +277,11 @@ func (l *lane) post(ctx context.Context, r request, span []byte, devOff uint64, 
 	}
 	l.pending[r.id] = p
 	l.mu.Unlock()
-	// Small requests on an idle lane are written by the caller itself: no hand-off to the
+	// A small request on an idle lane (nothing else in flight) is written by the caller
+	// itself: no hand-off to the
 	// writer goroutine on the latency path. Large ones are queued, so posting stays
 	// non-blocking.
-	if l.send == nil && len(out.payload) <= directWriteMax && len(l.wq) == 0 && l.wmu.TryLock() {
+	if l.send == nil && len(out.payload) <= directWriteMax && len(l.slots) == 1 && l.wmu.TryLock() {
 		err := l.write(out)
 		l.wmu.Unlock()
 		if err != nil {

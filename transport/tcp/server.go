@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -94,7 +95,12 @@ func (s *server) handshake(c net.Conn) (hello, error) {
 // serveRequests is the target's whole data path for one lane: PUT payloads go from the socket
 // straight into the region; GET replies leave as one writev of header and region slice.
 func (s *server) serveRequests(c net.Conn, ver uint16) error {
-	rd := newReader(c, s.t.cfg.BusyPoll)
+	// A buffered reader lets the lane see whether the next request has arrived already, and
+	// while one has, PUT acks wait and leave together (one write per burst, not per request);
+	// payloads larger than the buffer are still read straight into the region.
+	br := bufio.NewReaderSize(newReader(c, s.t.cfg.BusyPoll), readBuffer)
+	rd := br
+	ack := &acker{c: c, br: br}
 	var (
 		rb   [reqSize]byte
 		wb   [respSize]byte
@@ -118,7 +124,7 @@ func (s *server) serveRequests(c net.Conn, ver uint16) error {
 			return err
 		}
 		if r.mode != modeDefault || r.op == opAtomic {
-			if err := s.serveRegion(c, rd, r, &wb, &arr); err != nil {
+			if err := s.serveRegion(c, rd, ack, r, &wb, &arr); err != nil {
 				return err
 			}
 			continue
@@ -154,7 +160,7 @@ func (s *server) serveRequests(c net.Conn, ver uint16) error {
 				return fmt.Errorf("tcp: PUT of %d bytes into a %d-byte region: %w", r.length, size, status.ErrProtocol)
 			}
 			resp.encode(&wb)
-			if _, err := c.Write(wb[:]); err != nil {
+			if err := ack.put(&wb); err != nil {
 				return err
 			}
 		case opGet:
@@ -163,6 +169,9 @@ func (s *server) serveRequests(c net.Conn, ver uint16) error {
 				resp.status = stOutOfRange
 			}
 			resp.encode(&wb)
+			if err := ack.flush(); err != nil {
+				return err
+			}
 			if !inRange || r.length == 0 {
 				if _, err := c.Write(wb[:]); err != nil {
 					return err
@@ -191,7 +200,7 @@ func (s *server) serveRequests(c net.Conn, ver uint16) error {
 // address), or an ATOMIC: the region is looked up and acquired, so a deregistration waits for
 // it, and the range checked, before a byte moves. A refused PUT's payload is read and dropped,
 // keeping the lane in step.
-func (s *server) serveRegion(c net.Conn, rd io.Reader, r request, wb *[respSize]byte, arr *[2][]byte) error {
+func (s *server) serveRegion(c net.Conn, rd io.Reader, ack *acker, r request, wb *[respSize]byte, arr *[2][]byte) error {
 	var payload [atomicPayload]byte
 	if r.op == opAtomic {
 		if _, err := io.ReadFull(rd, payload[:]); err != nil {
@@ -214,9 +223,11 @@ func (s *server) serveRegion(c net.Conn, rd io.Reader, r request, wb *[respSize]
 			return err
 		}
 		resp.encode(wb)
-		_, err := c.Write(wb[:])
-		return err
+		return ack.put(wb)
 	case opGet:
+		if err := ack.flush(); err != nil {
+			return err
+		}
 		resp.op = opGetData
 		resp.encode(wb)
 		if st != stOK || len(mem) == 0 {
@@ -228,6 +239,9 @@ func (s *server) serveRegion(c net.Conn, rd io.Reader, r request, wb *[respSize]
 		_, err := bufs.WriteTo(c)
 		return err
 	default: // opAtomic
+		if err := ack.flush(); err != nil {
+			return err
+		}
 		resp.op = opAtomicAck
 		var old uint64
 		if st == stOK {
@@ -301,3 +315,37 @@ func tuneConn(c net.Conn, cfg Config) {
 		_ = tc.SetWriteBuffer(cfg.SocketBuffer)
 	}
 }
+
+// readBuffer is a lane's read buffer on the target: a request header and the start of its
+// payload arrive together; larger payloads bypass it.
+const readBuffer = 32 << 10
+
+// acker holds a lane's PUT acks while the next request is already buffered, and writes them
+// together once none is: a burst of small PUTs costs one write, not one each.
+type acker struct {
+	c   net.Conn
+	br  *bufio.Reader
+	buf []byte
+}
+
+// put queues one ack and writes the queue unless another request is waiting to be served.
+func (a *acker) put(wb *[respSize]byte) error {
+	a.buf = append(a.buf, wb[:]...)
+	if a.br.Buffered() >= reqSize && len(a.buf) < maxAcks*respSize {
+		return nil
+	}
+	return a.flush()
+}
+
+// flush writes the queued acks.
+func (a *acker) flush() error {
+	if len(a.buf) == 0 {
+		return nil
+	}
+	_, err := a.c.Write(a.buf)
+	a.buf = a.buf[:0]
+	return err
+}
+
+// maxAcks bounds the acks held back.
+const maxAcks = 64

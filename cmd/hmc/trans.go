@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hmc-go/hmc/bench"
+	"github.com/hmc-go/hmc/fabric/trans"
+	"github.com/hmc-go/hmc/transport"
+)
+
+func transCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "trans", Short: "transfer engine: one-sided transfers between named peers"}
+	cmd.AddCommand(transBenchCmd())
+	return cmd
+}
+
+func transBenchCmd() *cobra.Command {
+	var (
+		mode, op, blocks, meta, target, local, protocol, buffer, plot string
+		batch, threads                                               int
+		duration                                                     time.Duration
+		jsonOut, verify                                              bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "measure batched transfers (Mooncake's transfer_engine_bench)",
+		Long: `--mode target serves a buffer and prints its unique id; --mode initiator submits batches of
+--batch-size requests of --block-size bytes to --segment-id from --threads goroutines for
+--duration. Without --mode both run here: a target child process and the initiator.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			cfg := bench.TransConfig{Metadata: meta, LocalID: local, Target: target, Batch: batch, Threads: threads,
+				Duration: duration, Verify: verify}
+			switch op {
+			case "write":
+				cfg.Write = true
+			case "read":
+			default:
+				return fmt.Errorf("--operation %q (want read or write)", op)
+			}
+			var err error
+			if cfg.Buffer, err = bench.ParseSize(buffer); err != nil {
+				return err
+			}
+			for _, p := range strings.Split(protocol, ",") {
+				if p == "auto" {
+					cfg.Kinds = nil
+					break
+				}
+				k, err := transport.ParseConnType(p)
+				if err != nil {
+					return err
+				}
+				cfg.Kinds = append(cfg.Kinds, k)
+			}
+			sizes, err := bench.ParseSizes(blocks)
+			if err != nil {
+				return err
+			}
+			if mode == "target" {
+				cfg.Ready = func(id string) { fmt.Fprintln(cmd.OutOrStdout(), "READY", id); os.Stdout.Sync() }
+				return bench.TransServe(ctx, cfg)
+			}
+			if mode == "" && target == "" {
+				child, id, err := startTransTarget(ctx, meta, protocol, buffer)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+				cfg.Target = id
+			} else if mode != "initiator" && mode != "" {
+				return fmt.Errorf("--mode %q (want target or initiator)", mode)
+			}
+			if cfg.Target == "" {
+				return fmt.Errorf("--segment-id (the target's unique id) is required with --mode initiator")
+			}
+			table := bench.NewTable(cmd.OutOrStdout())
+			var results []bench.Result
+			for _, size := range sizes {
+				cfg.Block = size
+				r, err := bench.TransRun(ctx, cfg)
+				if err != nil {
+					return err
+				}
+				results = append(results, r)
+				if jsonOut {
+					_ = bench.WriteJSON(cmd.OutOrStdout(), r)
+				} else {
+					table.Add(r)
+				}
+			}
+			if plot != "" {
+				return bench.Plot(plot, fmt.Sprintf("hmc trans bench (%s, batch %d)", op, batch), results)
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&mode, "mode", "", "target | initiator (default: both here, the target as a child process)")
+	fl.StringVar(&op, "operation", "write", "read | write")
+	fl.StringVar(&blocks, "block-size", "64KiB", "bytes per request (a list sweeps)")
+	fl.IntVar(&batch, "batch-size", 128, "requests per batch")
+	fl.IntVar(&threads, "threads", 1, "batches in flight, one goroutine each")
+	fl.DurationVar(&duration, "duration", 3*time.Second, "time per block size")
+	fl.StringVar(&buffer, "buffer-size", "256MiB", "each side's buffer")
+	fl.StringVar(&meta, "metadata-server", trans.P2P, "tcp:// or etcd:// store, or P2PHANDSHAKE")
+	fl.StringVar(&target, "segment-id", "", "the target's unique id (ip:port)")
+	fl.StringVar(&local, "local-server-name", "127.0.0.1:0", "this engine's unique id (port 0: any)")
+	fl.StringVar(&protocol, "protocol", "shm,tcp", "transports in order of preference: shm, tcp, ucx (auto: the default)")
+	fl.BoolVar(&jsonOut, "json", false, "one JSON object per line instead of a table")
+	fl.BoolVar(&verify, "verify", false, "read the target's bytes back once and check them (write)")
+	fl.StringVar(&plot, "plot", "", "write a bandwidth-vs-block-size PNG chart to this file")
+	return cmd
+}
+
+// startTransTarget runs `hmc trans bench --mode target` as a child and returns its unique id.
+func startTransTarget(ctx context.Context, meta, protocol, buffer string) (*exec.Cmd, string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, "", err
+	}
+	c := exec.CommandContext(ctx, exe, "trans", "bench", "--mode", "target", "--metadata-server", meta,
+		"--protocol", protocol, "--buffer-size", buffer)
+	c.Stderr = os.Stderr
+	out, err := c.StdoutPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	if err := c.Start(); err != nil {
+		return nil, "", err
+	}
+	ready := make(chan string, 1)
+	go func() { // ends when the child's stdout closes
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if id, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
+				ready <- id
+			}
+		}
+	}()
+	select {
+	case id := <-ready:
+		return c, id, nil
+	case <-time.After(30 * time.Second):
+		_ = c.Process.Kill()
+		_ = c.Wait()
+		return nil, "", fmt.Errorf("trans bench: the target did not start within 30 s")
+	}
+}
