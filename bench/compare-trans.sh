@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The transfer engine against its peer in one run, interleaved: `hmc trans bench` batch writes
+# (128 x 64 KiB, as transfer_engine_bench's defaults; --threads 2 on this 2-core class of
+# machine) over tcp and shm beside `hmc bench --transport tcp|shm` put at 4 MiB.
+# Usage: bench/compare-trans.sh [repeats] [busy]   (default 3; medians; "busy" adds a busy loop
+# per core beside every run)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+R=${1:-3}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"; [ -n "${busy:-}" ] && kill $busy 2>/dev/null || true' EXIT
+go build -o "$tmp/hmc" ./cmd/hmc
+if [ "${2:-}" = busy ]; then
+  busy=""
+  for _ in $(seq "$(nproc)"); do (while :; do :; done) & busy="$busy $!"; done
+fi
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+range() { sort -g | awk 'NR==1{lo=$1} {hi=$1} END {print lo "-" hi}'; }
+gbps() { python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['gbps'])"; }
+echo "# $(date -u +%FT%TZ) $(nproc) cores, $(git rev-parse --short HEAD 2>/dev/null || echo nogit) ${2:-}"
+declare -A v
+for i in $(seq "$R"); do
+  for t in tcp shm; do
+    v[put_$t]+="$("$tmp/hmc" bench --transport $t --sizes 4MiB --json | gbps) "
+    v[batch_$t]+="$("$tmp/hmc" trans bench --protocol $t --threads 2 --duration 2s --json | gbps) "
+  done
+done
+for t in tcp shm; do
+  for k in put batch; do
+    m=$(echo ${v[${k}_$t]} | tr ' ' '\n' | median)
+    echo "$t $k GB/s median $m range $(echo ${v[${k}_$t]} | tr ' ' '\n' | range)"
+    eval "m_$k=$m"
+  done
+  python3 -c "print('$t batch/put %.2f' % ($m_batch/$m_put))"
+done
