@@ -5,4 +5,5 @@ package main
 import (
 	_ "github.com/hmc-go/hmc/capi/internal/hmcapi"   // hmc_* of sessions, buffers, memory, ctrl, groups
 	_ "github.com/hmc-go/hmc/capi/internal/storeapi" // hmc_store_* of the config store and its groups
+	_ "github.com/hmc-go/hmc/capi/internal/transapi" // hmc_trans_* of the transfer engine
 )

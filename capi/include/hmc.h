@@ -248,6 +248,44 @@ int hmc_store_group_allgather(uint64_t group, const void *data, uint64_t len, vo
                               uint64_t *outlen, int timeout_ms);
 int hmc_store_group_close(uint64_t group);
 
+/* ---- Transfer engine (Go package fabric/trans): one-sided transfers between named peers ----
+ * An engine is named by its unique id "ip:port" ("[v6]:port"; port 0 picks one), the address
+ * of its request socket. metadata: "tcp://..." (embedded store), "etcd://...", or
+ * "P2PHANDSHAKE" / NULL (no store). role: 1 sender, 2 receiver (does not initiate), 3 or 0 both.
+ * protocols: "shm,tcp" (order of preference; shm only reaches peers on this host), NULL: that.
+ * Remote addresses are the peer's own virtual addresses inside memory it registered; anything
+ * else is NOT_FOUND (unregistered) or INVALID_CONFIG (past a registered range's end). */
+int hmc_trans_create(const char *metadata, const char *unique_id, int role, const char *protocols,
+                     int timeout_ms, uint64_t *out);
+int hmc_trans_destroy(uint64_t engine);
+int hmc_trans_unique_id(uint64_t engine, char *buf, uint64_t cap);
+int hmc_trans_register(uint64_t engine, uint64_t addr, uint64_t size);
+/* Overlapping and adjacent ranges are coalesced; on error none stays registered. */
+int hmc_trans_batch_register(uint64_t engine, const uint64_t *addrs, const uint64_t *sizes, uint64_t n);
+int hmc_trans_deregister(uint64_t engine, uint64_t addr, int timeout_ms);
+/* Shareable (memfd) host memory, registered; freed by hmc_trans_free or hmc_trans_destroy. */
+int hmc_trans_malloc(uint64_t engine, uint64_t size, uint64_t *addr);
+int hmc_trans_free(uint64_t engine, uint64_t addr, int timeout_ms);
+/* op: 0 read (remote -> local), 1 write. notify_msg (NULL: none) reaches the peer after the
+ * transfers completed. hmc_trans_submit returns a batch at once: hmc_trans_status gives
+ * Mooncake's TransferStatusEnum (0 waiting, 1 pending, 4 completed, 5 timeout, 6 failed),
+ * hmc_trans_wait its error and forgets it. */
+int hmc_trans_transfer(uint64_t engine, const char *peer, int op, const uint64_t *locals,
+                       const uint64_t *remotes, const uint64_t *sizes, uint64_t n,
+                       const char *notify_msg, int timeout_ms);
+int hmc_trans_submit(uint64_t engine, const char *peer, int op, const uint64_t *locals,
+                     const uint64_t *remotes, const uint64_t *sizes, uint64_t n,
+                     const char *notify_msg, uint64_t *batch);
+int hmc_trans_status(uint64_t engine, uint64_t batch, int *status);
+int hmc_trans_wait(uint64_t engine, uint64_t batch, int timeout_ms);
+/* A notification alone (Mooncake's sendNotifyByName). */
+int hmc_trans_notify(uint64_t engine, const char *peer, const char *msg, int timeout_ms);
+/* JSON about the engine, into buf (cap bytes; *len = its length, or the length needed with
+ * INVALID_CONFIG): what 0 = notifications received since the last call [{"name","msg"}],
+ * 1 = the peer's registered buffers [{"Addr","Size"}], 2 = this engine's. */
+int hmc_trans_json(uint64_t engine, int what, const char *peer, char *buf, uint64_t cap, uint64_t *len,
+                   int timeout_ms);
+
 #ifdef __cplusplus
 }
 #endif

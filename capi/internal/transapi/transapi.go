@@ -1,0 +1,407 @@
+//go:build cgo
+
+// Package transapi exports the transfer engine (fabric/trans) as hmc_trans_* (capi/include/hmc.h);
+// the Python hmc.trans module (Mooncake's TransferEngine API) is built on it.
+package transapi
+
+/*
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/hmc-go/hmc/capi/internal/cabi"
+	"github.com/hmc-go/hmc/fabric/trans"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+// engine is an Engine and its submitted batches, by handle.
+type engine struct {
+	e       *trans.Engine
+	mu      sync.Mutex
+	batches map[uint64]*trans.Batch
+	next    uint64
+	// pendingNotifs are notifications taken from the engine that did not fit the caller's
+	// buffer; the next call returns them first.
+	pendingNotifs []trans.Notify
+}
+
+func getEngine(h C.uint64_t) (*engine, error) { return cabi.Get[*engine](uint64(h)) }
+
+// kinds parses "shm,tcp" (auto or empty: the default).
+func kinds(p string) ([]transport.ConnType, error) {
+	p = strings.TrimSpace(strings.ToLower(p))
+	if p == "" || p == "auto" {
+		return nil, nil
+	}
+	var ks []transport.ConnType
+	for _, s := range strings.Split(p, ",") {
+		if s == "rdma" {
+			s = "ucx" // Mooncake's "rdma": UCX carries it here
+		}
+		k, err := transport.ParseConnType(s)
+		if err != nil {
+			return nil, err
+		}
+		ks = append(ks, k)
+	}
+	return ks, nil
+}
+
+// hmc_trans_create starts an engine named unique_id ("ip:port", port 0: any) on metadata
+// (tcp://, etcd://, or P2PHANDSHAKE / empty for none); role 1 sender, 2 receiver, 3 both (0: both);
+// protocols "shm,tcp" in order of preference (NULL or "auto": the default).
+//
+//export hmc_trans_create
+func hmc_trans_create(metadata, uniqueID *C.char, role C.int, protocols *C.char, timeoutMS C.int, out *C.uint64_t) C.int {
+	return call(func() error {
+		if uniqueID == nil || out == nil {
+			return fmt.Errorf("hmc: trans create with null arguments: %w", status.ErrInvalidConfig)
+		}
+		cfg := trans.DefaultConfig()
+		if role != 0 {
+			cfg.Role = trans.Role(role)
+		}
+		ks, err := kinds(goString(protocols))
+		if err != nil {
+			return err
+		}
+		if ks != nil {
+			cfg.Kinds = ks
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		e, err := trans.Create(ctx, goString(metadata), goString(uniqueID), cfg)
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(cabi.Add(&engine{e: e, batches: make(map[uint64]*trans.Batch)}))
+		return nil
+	})
+}
+
+//export hmc_trans_destroy
+func hmc_trans_destroy(h C.uint64_t) C.int {
+	return call(func() error {
+		en, err := getEngine(h)
+		if err != nil {
+			return err
+		}
+		cabi.Remove(uint64(h))
+		return en.e.Close()
+	})
+}
+
+// hmc_trans_unique_id writes the engine's unique id ("ip:port") into buf (cap bytes, NUL
+// included).
+//
+//export hmc_trans_unique_id
+func hmc_trans_unique_id(h C.uint64_t, buf *C.char, capacity C.uint64_t) C.int {
+	return call(func() error {
+		en, err := getEngine(h)
+		if err != nil {
+			return err
+		}
+		id := en.e.UniqueID()
+		if buf == nil || uint64(capacity) < uint64(len(id))+1 {
+			return fmt.Errorf("hmc: unique id needs %d bytes: %w", len(id)+1, status.ErrInvalidConfig)
+		}
+		b := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(capacity))
+		copy(b, id)
+		b[len(id)] = 0
+		return nil
+	})
+}
+
+//export hmc_trans_register
+func hmc_trans_register(h C.uint64_t, addr, size C.uint64_t) C.int {
+	return call(func() error {
+		en, err := getEngine(h)
+		if err != nil {
+			return err
+		}
+		return en.e.Register(uint64(addr), uint64(size))
+	})
+}
+
+//export hmc_trans_batch_register
+func hmc_trans_batch_register(h C.uint64_t, addrs, sizes *C.uint64_t, n C.uint64_t) C.int {
+	return call(func() error {
+		en, err := getEngine(h)
+		if err != nil {
+			return err
+		}
+		a, s, err := pairs(addrs, sizes, n)
+		if err != nil {
+			return err
+		}
+		bufs := make([]trans.Buffer, len(a))
+		for i := range a {
+			bufs[i] = trans.Buffer{Addr: a[i], Size: s[i]}
+		}
+		return en.e.BatchRegister(bufs)
+	})
+}
+
+//export hmc_trans_deregister
+func hmc_trans_deregister(h C.uint64_t, addr C.uint64_t, timeoutMS C.int) C.int {
+	return call(func() error {
+		en, err := getEngine(h)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		return en.e.Deregister(ctx, uint64(addr))
+	})
+}
+
+//export hmc_trans_malloc
+func hmc_trans_malloc(h C.uint64_t, size C.uint64_t, out *C.uint64_t) C.int {
+	return call(func() error {
+		en, err := getEngine(h)
+		if err != nil {
+			return err
+		}
+		if out == nil {
+			return fmt.Errorf("hmc: malloc without an output: %w", status.ErrInvalidConfig)
+		}
+		a, err := en.e.Malloc(uint64(size))
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(a)
+		return nil
+	})
+}
+
+//export hmc_trans_free
+func hmc_trans_free(h C.uint64_t, addr C.uint64_t, timeoutMS C.int) C.int {
+	return call(func() error {
+		en, err := getEngine(h)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		return en.e.Free(ctx, uint64(addr))
+	})
+}
+
+// pairs views two C arrays of n uint64s.
+func pairs(a, b *C.uint64_t, n C.uint64_t) ([]uint64, []uint64, error) {
+	if n == 0 || n > trans.MaxBatch || a == nil || b == nil {
+		return nil, nil, fmt.Errorf("hmc: %d elements: %w", uint64(n), status.ErrInvalidConfig)
+	}
+	return unsafe.Slice((*uint64)(unsafe.Pointer(a)), int(n)), unsafe.Slice((*uint64)(unsafe.Pointer(b)), int(n)), nil
+}
+
+func requests(op C.int, locals, remotes, sizes *C.uint64_t, n C.uint64_t) ([]trans.Request, error) {
+	l, r, err := pairs(locals, remotes, n)
+	if err != nil {
+		return nil, err
+	}
+	if sizes == nil {
+		return nil, fmt.Errorf("hmc: no sizes: %w", status.ErrInvalidConfig)
+	}
+	s := unsafe.Slice((*uint64)(unsafe.Pointer(sizes)), int(n))
+	reqs := make([]trans.Request, n)
+	for i := range reqs {
+		reqs[i] = trans.Request{Op: trans.Opcode(op), Local: l[i], Remote: r[i], Size: s[i]}
+	}
+	return reqs, nil
+}
+
+func notify(msg *C.char) *trans.Notify {
+	if msg == nil {
+		return nil
+	}
+	return &trans.Notify{Msg: goString(msg)}
+}
+
+// hmc_trans_transfer runs n requests (op 0 read, 1 write) to peer and returns when they are
+// complete; notify_msg (NULL: none) is delivered to the peer after them.
+//
+//export hmc_trans_transfer
+func hmc_trans_transfer(h C.uint64_t, peer *C.char, op C.int, locals, remotes, sizes *C.uint64_t, n C.uint64_t, notifyMsg *C.char, timeoutMS C.int) C.int {
+	return call(func() error {
+		en, err := getEngine(h)
+		if err != nil {
+			return err
+		}
+		reqs, err := requests(op, locals, remotes, sizes, n)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		return en.e.Transfer(ctx, goString(peer), reqs, notify(notifyMsg))
+	})
+}
+
+// hmc_trans_submit starts n requests and returns a batch handle at once.
+//
+//export hmc_trans_submit
+func hmc_trans_submit(h C.uint64_t, peer *C.char, op C.int, locals, remotes, sizes *C.uint64_t, n C.uint64_t, notifyMsg *C.char, out *C.uint64_t) C.int {
+	return call(func() error {
+		en, err := getEngine(h)
+		if err != nil {
+			return err
+		}
+		reqs, err := requests(op, locals, remotes, sizes, n)
+		if err != nil {
+			return err
+		}
+		if out == nil {
+			return fmt.Errorf("hmc: submit without an output: %w", status.ErrInvalidConfig)
+		}
+		ctx, cancel := deadline(0)
+		defer cancel()
+		b, err := en.e.Submit(ctx, goString(peer), reqs, notify(notifyMsg))
+		if err != nil {
+			return err
+		}
+		en.mu.Lock()
+		en.next++
+		id := en.next
+		en.batches[id] = b
+		en.mu.Unlock()
+		*out = C.uint64_t(id)
+		return nil
+	})
+}
+
+func (en *engine) batch(id C.uint64_t) (*trans.Batch, error) {
+	en.mu.Lock()
+	defer en.mu.Unlock()
+	b, ok := en.batches[uint64(id)]
+	if !ok {
+		return nil, fmt.Errorf("hmc: no batch %d: %w", uint64(id), status.ErrNotFound)
+	}
+	return b, nil
+}
+
+// hmc_trans_status writes a batch's state (Mooncake's TransferStatusEnum: 0 waiting, 1 pending,
+// 4 completed, 5 timeout, 6 failed); a failed batch's error is the last error text.
+//
+//export hmc_trans_status
+func hmc_trans_status(h C.uint64_t, id C.uint64_t, st *C.int) C.int {
+	return call(func() error {
+		en, err := getEngine(h)
+		if err != nil {
+			return err
+		}
+		b, err := en.batch(id)
+		if err != nil {
+			return err
+		}
+		if st != nil {
+			*st = C.int(b.Status())
+		}
+		return nil
+	})
+}
+
+// hmc_trans_wait waits for a batch and forgets it; its error is returned.
+//
+//export hmc_trans_wait
+func hmc_trans_wait(h C.uint64_t, id C.uint64_t, timeoutMS C.int) C.int {
+	return call(func() error {
+		en, err := getEngine(h)
+		if err != nil {
+			return err
+		}
+		b, err := en.batch(id)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		if err := b.Wait(ctx); err != nil && b.Status() == trans.Pending {
+			return err // timed out waiting: the batch stays
+		} else if err != nil {
+			en.forget(id)
+			return err
+		}
+		en.forget(id)
+		return nil
+	})
+}
+
+func (en *engine) forget(id C.uint64_t) {
+	en.mu.Lock()
+	delete(en.batches, uint64(id))
+	en.mu.Unlock()
+}
+
+// hmc_trans_json writes a JSON document about the engine into buf (cap bytes) and its length
+// into len (the length needed when it does not fit: INVALID_CONFIG): what 0 = the notifications
+// received since the last call ([{"name","msg"}]), 1 = peer's registered buffers
+// ([{"Addr","Size"}]), 2 = this engine's.
+//
+//export hmc_trans_json
+func hmc_trans_json(h C.uint64_t, what C.int, peer *C.char, buf *C.char, capacity C.uint64_t, n *C.uint64_t, timeoutMS C.int) C.int {
+	return call(func() error {
+		en, err := getEngine(h)
+		if err != nil {
+			return err
+		}
+		var v any
+		switch what {
+		case 0:
+			en.mu.Lock()
+			pendingNotifs := en.pendingNotifs
+			en.pendingNotifs = nil
+			en.mu.Unlock()
+			v = append(pendingNotifs, en.e.Notifies()...)
+		case 1:
+			ctx, cancel := deadline(timeoutMS)
+			defer cancel()
+			if v, err = en.e.PeerBuffers(ctx, goString(peer)); err != nil {
+				return err
+			}
+		case 2:
+			v = en.e.Buffers()
+		default:
+			return fmt.Errorf("hmc: trans json %d: %w", int(what), status.ErrInvalidConfig)
+		}
+		doc, _ := json.Marshal(v) // these marshal
+		if n != nil {
+			*n = C.uint64_t(len(doc))
+		}
+		if buf == nil || uint64(capacity) < uint64(len(doc)) {
+			if what == 0 { // keep them for the retry with a larger buffer
+				var keep []trans.Notify
+				_ = json.Unmarshal(doc, &keep)
+				en.mu.Lock()
+				en.pendingNotifs = append(keep, en.pendingNotifs...)
+				en.mu.Unlock()
+			}
+			return fmt.Errorf("hmc: %d bytes needed: %w", len(doc), status.ErrInvalidConfig)
+		}
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(capacity)), doc)
+		return nil
+	})
+}
+
+// hmc_trans_notify delivers a notification to peer on its own (Mooncake's sendNotifyByName).
+//
+//export hmc_trans_notify
+func hmc_trans_notify(h C.uint64_t, peer, msg *C.char, timeoutMS C.int) C.int {
+	return call(func() error {
+		en, err := getEngine(h)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		return en.e.SendNotify(ctx, goString(peer), trans.Notify{Msg: goString(msg)})
+	})
+}
