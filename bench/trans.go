@@ -15,18 +15,18 @@ import (
 
 // TransConfig configures a transfer-engine benchmark (Mooncake's transfer_engine_bench).
 type TransConfig struct {
-	Metadata  string // metadata URL, or trans.P2P
-	LocalID   string // this engine's unique id ("127.0.0.1:0": any port)
-	Target    string // the target's unique id (initiator)
-	Write     bool   // write (else read)
-	Block     uint64 // bytes per request
-	Batch     int    // requests per batch
-	Threads   int    // batches in flight, one per goroutine
-	Duration  time.Duration
-	Buffer    uint64               // the target's (and initiator's) buffer
-	Kinds     []transport.ConnType // transports, in order
-	Verify    bool                 // check the bytes once at the end
-	Ready     func(id string)      // told the target's id once it serves
+	Metadata string // metadata URL, or trans.P2P
+	LocalID  string // this engine's unique id ("127.0.0.1:0": any port)
+	Target   string // the target's unique id (initiator)
+	Write    bool   // write (else read)
+	Block    uint64 // bytes per request
+	Batch    int    // requests per batch
+	Threads  int    // batches in flight, one per goroutine
+	Duration time.Duration
+	Buffer   uint64               // the target's (and initiator's) buffer
+	Kinds    []transport.ConnType // transports, in order
+	Verify   bool                 // check the bytes once at the end
+	Ready    func(id string)      // told the target's id once it serves
 }
 
 func (c TransConfig) engineConfig() trans.Config {

@@ -26,9 +26,9 @@ func transCmd() *cobra.Command {
 func transBenchCmd() *cobra.Command {
 	var (
 		mode, op, blocks, meta, target, local, protocol, buffer, plot string
-		batch, threads                                               int
-		duration                                                     time.Duration
-		jsonOut, verify                                              bool
+		batch, threads                                                int
+		duration                                                      time.Duration
+		jsonOut, verify                                               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
