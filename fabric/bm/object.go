@@ -27,14 +27,6 @@ import (
 // left, or died (the group removed it).
 var ErrRankDown = fmt.Errorf("%w: bm: rank is not a member", status.ErrPeerClosed)
 
-// layout is what the first creator of an object publishes, so every process reserves the same
-// spaces.
-type layout struct {
-	DRAMBase, DRAMStride uint64
-	HBMBase, HBMStride   uint64
-	Ranks                int
-}
-
 // desc is what a joining rank publishes about its slices.
 type desc struct {
 	Card      mesh.Card `json:"card"`
@@ -167,64 +159,16 @@ func (f *Fabric) Create(ctx context.Context, id int, o Options) (b *BigMemory, e
 	return b, nil
 }
 
-// reserve reserves the object's spaces where the first creator did, or first-fit and publishes
-// them when this process is the first.
-func (b *BigMemory) reserve(ctx context.Context) error {
-	world := b.f.world
-	want := layout{DRAMStride: b.opts.MaxDRAM, HBMStride: b.opts.MaxHBM, Ranks: world}
-	raw, err := b.kv.Get(ctx, "layout", 0)
-	if err != nil && !errors.Is(err, store.ErrNotExist) {
-		return fmt.Errorf("bm: reading the layout: %w", err)
-	}
-	for attempt := 0; ; attempt++ {
-		var l layout
-		if raw != nil {
-			if err := json.Unmarshal(raw, &l); err != nil {
-				return fmt.Errorf("bm: object %d's layout: %w: %w", b.id, status.ErrProtocol, err)
-			}
-			if l.DRAMStride != want.DRAMStride || l.HBMStride != want.HBMStride || l.Ranks != world {
-				return fmt.Errorf("bm: object %d exists with strides DRAM %d HBM %d over %d ranks, not %d, %d, %d: %w",
-					b.id, l.DRAMStride, l.HBMStride, l.Ranks, want.DRAMStride, want.HBMStride, world, gva.ErrLayout)
-			}
-		}
-		if err := b.reserveAt(l.DRAMBase, l.HBMBase); err != nil {
-			return err
-		}
-		if raw != nil {
-			return nil
-		}
-		want.DRAMBase, want.HBMBase = base(b.dram), base(b.hbm)
-		enc, _ := json.Marshal(want) // a layout always marshals
-		prev, err := b.kv.CompareAndSwap(ctx, "layout", nil, enc)
-		if err != nil {
-			return fmt.Errorf("bm: publishing the layout: %w", err)
-		}
-		if prev == nil {
-			return nil // ours is the layout
-		}
-		b.releaseSpaces() // another process was first: take its bases
-		raw = prev
-		if attempt > 2 {
-			return fmt.Errorf("bm: object %d's layout keeps changing: %w", b.id, status.ErrFailed)
-		}
-	}
-}
-
-func base(s *gva.Space) uint64 {
-	if s == nil {
-		return 0
-	}
-	return s.Base
-}
-
-func (b *BigMemory) reserveAt(dramBase, hbmBase uint64) (err error) {
+// reserve reserves the object's spaces where the first creator did (each space's layout is
+// published in the store), or first-fit when this process is the first.
+func (b *BigMemory) reserve(ctx context.Context) (err error) {
 	if b.opts.MaxDRAM > 0 {
-		if b.dram, err = gva.Reserve(dramBase, b.opts.MaxDRAM, b.f.world); err != nil {
+		if b.dram, err = gva.ReservePublished(ctx, b.kv, "layout/dram", b.opts.MaxDRAM, b.f.world); err != nil {
 			return fmt.Errorf("bm: object %d DRAM space: %w", b.id, err)
 		}
 	}
 	if b.opts.MaxHBM > 0 {
-		if b.hbm, err = gva.Reserve(hbmBase, b.opts.MaxHBM, b.f.world); err != nil {
+		if b.hbm, err = gva.ReservePublished(ctx, b.kv, "layout/hbm", b.opts.MaxHBM, b.f.world); err != nil {
 			b.releaseSpaces()
 			return fmt.Errorf("bm: object %d HBM space: %w", b.id, err)
 		}
@@ -261,12 +205,7 @@ func (b *BigMemory) backSlices() error {
 			}
 			fd, err = unix.FcntlInt(uintptr(b.opts.DRAMShmFD), unix.F_DUPFD_CLOEXEC, 0)
 		} else {
-			fd, err = unix.MemfdCreate("hmc-bm-"+strconv.Itoa(b.id), unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-			if err == nil {
-				if err = unix.Ftruncate(fd, int64(n)); err == nil {
-					_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL)
-				}
-			}
+			fd, err = gva.NewSliceFD("hmc-bm-"+strconv.Itoa(b.id), n)
 		}
 		if err != nil {
 			if fd > 0 {
@@ -485,20 +424,7 @@ func (b *BigMemory) mapMember(ctx context.Context, m *member) error {
 	if err != nil {
 		return err
 	}
-	sh, ok := ep.(transport.RegionSharer)
-	if !ok {
-		return fmt.Errorf("bm: shared memory endpoint cannot share regions: %w", status.ErrUnsupported)
-	}
-	at := b.dram.Slice(m.rank)
-	sr, err := sh.ShareRegion(ctx, transport.Remote{Addr: at}, m.d.DRAM)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(sr.FD)
-	if sr.Addr != at || sr.Size != m.d.DRAM {
-		return fmt.Errorf("bm: rank %d serves [%#x, +%d) where its slice is [%#x, +%d): %w", m.rank, sr.Addr, sr.Size, at, m.d.DRAM, status.ErrProtocol)
-	}
-	mem, err := b.dram.MapShared(at-b.dram.Base, sr.Size, sr.FD, sr.FDOffset)
+	mem, err := b.dram.MapPeer(ctx, ep, m.rank, m.d.DRAM)
 	if err != nil {
 		return err
 	}
