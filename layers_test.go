@@ -13,27 +13,29 @@ var layers = map[string]int{
 	"buffer": 2, "ctrl": 2, "coord/store": 2, "coord/store/storetest": 2, "coord/group": 2,
 	"transport": 3, "transport/tcp": 3, "transport/shm": 3, "transport/transporttest": 3, "transport/ucx": 3,
 	"comm": 4, "collective": 5, "metrics": 5, "fabric/internal/gva": 5, "fabric/internal/mesh": 5, "fabric/internal/rpc": 5,
-	"fabric/trans": 6,
-	"fabric/bm":    6,
-	"":             7, "bench": 7, "cmd/hmc": 8, "capi": 8,
+	"fabric/trans": 6, "fabric/shmem": 6,
+	"fabric/bm": 6,
+	"":          7, "bench": 7, "cmd/hmc": 8, "capi": 8,
 	"capi/internal/cabi": 8, "capi/internal/hmcapi": 8, "capi/internal/storeapi": 8, "capi/internal/transapi": 8,
 }
 
 // outside lists the modules outside this one (and the standard library) that each package may
 // import: the dependencies STYLE.md names, each where it is made for the job.
 var outside = map[string][]string{
-	"internal/etcdproc": {"go.etcd.io/etcd/", "go.uber.org/zap"},
-	"internal/etcdtest": {"go.uber.org/goleak"},
-	"internal/peercred": {"golang.org/x/sys/"},
-	"memory":            {"golang.org/x/sys/", "github.com/ebitengine/purego"},
-	"coord/store":       {"go.etcd.io/etcd/", "go.uber.org/zap", "google.golang.org/grpc"},
-	"transport/tcp":     {"golang.org/x/sys/"},
-	"transport/shm":     {"golang.org/x/sys/", "github.com/ebitengine/purego"},
-	"transport/ucx":     {"golang.org/x/sys/"},
-	"fabric/bm":         {"golang.org/x/sys/"},
-	"bench":             {"gonum.org/v1/plot"},
-	"metrics":           {"github.com/prometheus/client_golang/"},
-	"cmd/hmc":           {"github.com/spf13/cobra", "github.com/schollz/progressbar/", "golang.org/x/term", "github.com/prometheus/client_golang/"},
+	"internal/etcdproc":   {"go.etcd.io/etcd/", "go.uber.org/zap"},
+	"internal/etcdtest":   {"go.uber.org/goleak"},
+	"internal/peercred":   {"golang.org/x/sys/"},
+	"memory":              {"golang.org/x/sys/", "github.com/ebitengine/purego"},
+	"coord/store":         {"go.etcd.io/etcd/", "go.uber.org/zap", "google.golang.org/grpc"},
+	"transport/tcp":       {"golang.org/x/sys/"},
+	"transport/shm":       {"golang.org/x/sys/", "github.com/ebitengine/purego"},
+	"transport/ucx":       {"golang.org/x/sys/"},
+	"fabric/bm":           {"golang.org/x/sys/"},
+	"fabric/shmem":        {"golang.org/x/sys/"},
+	"fabric/internal/gva": {"golang.org/x/sys/"},
+	"bench":               {"gonum.org/v1/plot"},
+	"metrics":             {"github.com/prometheus/client_golang/"},
+	"cmd/hmc":             {"github.com/spf13/cobra", "github.com/schollz/progressbar/", "golang.org/x/term", "github.com/prometheus/client_golang/"},
 }
 
 // TestImportsPointDown checks every package's imports against the layer table and the
