@@ -82,13 +82,13 @@ func traceTo(path string) (stop func()) {
 }
 
 // isServerChild says whether args run the passive side of a benchmark (`hmc bench server`,
-// `hmc bm serve`, `hmc trans bench --mode target`), which benchmarks start as children.
+// `hmc bm serve`, `hmc shmem serve`, `hmc trans bench --mode target`), which benchmarks start as children.
 func isServerChild(args []string) bool {
 	if len(args) < 3 {
 		return false
 	}
 	switch {
-	case args[1] == "bench" && args[2] == "server", args[1] == "bm" && args[2] == "serve":
+	case args[1] == "bench" && args[2] == "server", args[1] == "bm" && args[2] == "serve", args[1] == "shmem" && args[2] == "serve":
 		return true
 	case args[1] == "trans":
 		for i, a := range args {
@@ -130,7 +130,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(benchCmd(), bmCmd(), transCmd(), infoCmd(), storeCmd(), &cobra.Command{
+	root.AddCommand(benchCmd(), bmCmd(), transCmd(), shmemCmd(), infoCmd(), storeCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "hmc", buildVersion()) },

@@ -5,9 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/hmc-go/hmc/buffer"
@@ -401,8 +399,34 @@ func (h *Heap) PutSignal(ctx context.Context, pe int, off uint64, src []byte, si
 	if op == SignalAdd {
 		aop = buffer.AtomicFetchAdd
 	}
-	_, err := h.Atomic(ctx, aop, pe, sigOff, sig, 0)
-	return err
+	if _, err := h.Atomic(ctx, aop, pe, sigOff, sig, 0); err != nil {
+		return err
+	}
+	h.wakeAt(pe, sigOff, false)
+	return nil
+}
+
+// wakeAt wakes a co-located rank pe sleeping on its word at off (heap or private block),
+// if any of its waits sleeps at all (its sleeper count is not zero): no system call otherwise.
+func (h *Heap) wakeAt(pe int, off uint64, priv bool) {
+	if pe == h.w.rank {
+		return
+	}
+	p := h.peers[pe]
+	if p.priv == nil {
+		return // reached over the network: its sleeps are bounded
+	}
+	n, err := memory.Word64(p.priv, sleepersOff)
+	if err != nil || n.Load() == 0 {
+		return
+	}
+	m := p.heap
+	if priv {
+		m = p.priv
+	}
+	if w, err := memory.Word64(m, off); err == nil {
+		wake(w)
+	}
 }
 
 // SignalFetch reads this rank's signal word at off.
@@ -470,27 +494,40 @@ func (h *Heap) WaitUntil(ctx context.Context, off uint64, cmp Cmp, value uint64)
 	if err != nil {
 		return 0, err
 	}
-	return spin(ctx, w, func(v uint64) bool { return cmp.holds(v, value) })
+	return h.spin(ctx, w, func(v uint64) bool { return cmp.holds(v, value) })
 }
 
-// spin polls w until ok: busy for a few microseconds, then yielding, then sleeping briefly, so a
-// wait that lasts costs little CPU and a short one is fast.
-func spin(ctx context.Context, w *atomic.Uint64, ok func(uint64) bool) (uint64, error) {
+// sleepersOff is the word of a rank's private block that counts its waits asleep, so a
+// co-located writer makes the wake-up system call only when someone sleeps. It lies past the
+// flags of the last team slot.
+const sleepersOff = privSize - 8
+
+// spin polls w until ok: briefly busy, then sleeping on the word (futex, see futex.go), so a
+// short wait is fast and a long one, or one among more ranks than cores, costs no CPU. A
+// co-located writer that signals (PutSignal, a barrier's arrival) wakes it; any other change is
+// seen within futexNap.
+func (h *Heap) spin(ctx context.Context, w *atomic.Uint64, ok func(uint64) bool) (uint64, error) {
+	sleepers, err := memory.Word64(h.priv, sleepersOff)
+	if err != nil {
+		return 0, err
+	}
 	for i := 0; ; i++ {
-		if v := w.Load(); ok(v) {
+		v := w.Load()
+		if ok(v) {
 			return v, nil
 		}
-		switch {
-		case i < 200:
-		case i < 2000:
-			runtime.Gosched()
-		default:
-			if i%64 == 0 {
-				if err := status.FromContext(ctx); err != nil {
-					return 0, err
-				}
-			}
-			time.Sleep(20 * time.Microsecond)
+		if i < 64 {
+			continue
 		}
+		if i%16 == 0 {
+			if err := status.FromContext(ctx); err != nil {
+				return 0, err
+			}
+		}
+		sleepers.Add(1)
+		if v = w.Load(); !ok(v) { // a writer that saw no sleeper did not wake us: look again first
+			sleepOn(w, uint32(v))
+		}
+		sleepers.Add(^uint64(0))
 	}
 }

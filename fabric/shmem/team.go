@@ -129,12 +129,13 @@ func (t *Team) Sync(ctx context.Context) error {
 		if _, err := t.h.atomic64(ctx, buffer.AtomicFetchAdd, partner, base+uint64(k)*8, 1, 0, true); err != nil {
 			return fmt.Errorf("shmem: barrier: %w", err)
 		}
+		t.h.wakeAt(partner, base+uint64(k)*8, true)
 		w, err := t.h.localWord(base+uint64(k)*8, true)
 		if err != nil {
 			return err
 		}
 		epoch := t.epoch
-		if _, err := spin(ctx, w, func(v uint64) bool { return v >= epoch }); err != nil {
+		if _, err := t.h.spin(ctx, w, func(v uint64) bool { return v >= epoch }); err != nil {
 			return fmt.Errorf("shmem: barrier round %d: %w", k, err)
 		}
 	}
