@@ -105,17 +105,26 @@ func ShmemRun(ctx context.Context, cfg ShmemConfig, rank int, onResult func(Resu
 				report(op, size, 1, lats, el, size*uint64(n))
 			}
 		}
+		// P and fetch-add alternate, so both meet the same state of the peer's threads (on a
+		// busy VM a target's wake-up latency moves between modes minutes apart).
 		cfg.Progress("latency")
-		lats, el, err := timed(iters(8), func() error { return h.P(ctx, 1, heapSize-16, 1) })
-		if err != nil {
-			return err
+		var pl, al []time.Duration
+		var pt, at time.Duration
+		for range iters(8) {
+			t0 := time.Now()
+			if err := h.P(ctx, 1, heapSize-16, 1); err != nil {
+				return err
+			}
+			t1 := time.Now()
+			if _, err := h.AtomicFetchAdd(ctx, 1, heapSize-8, 1); err != nil {
+				return err
+			}
+			t2 := time.Now()
+			pl, al = append(pl, t1.Sub(t0)), append(al, t2.Sub(t1))
+			pt, at = pt+t1.Sub(t0), at+t2.Sub(t1)
 		}
-		report("p", 8, 1, lats, el, 0)
-		lats, el, err = timed(iters(8), func() error { _, err := h.AtomicFetchAdd(ctx, 1, heapSize-8, 1); return err })
-		if err != nil {
-			return err
-		}
-		report("amo", 8, 1, lats, el, 0)
+		report("p", 8, 1, pl, pt, 0)
+		report("amo", 8, 1, al, at, 0)
 	}
 	if err := wt.Barrier(ctx); err != nil {
 		return err
