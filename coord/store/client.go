@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -26,7 +27,6 @@ type tcpClient struct {
 	rank    int                   // guarded by mu
 	world   int                   // guarded by mu
 	subSeq  uint32                // rank-down subscription
-	subAck  chan struct{}         // closed when the server acknowledged the subscription
 
 	watch *rankWatchers
 	done  chan struct{}
@@ -35,7 +35,8 @@ type tcpClient struct {
 
 type reply struct {
 	code Code
-	m    *message
+	body []byte // the reply's body: a packed message (Get, CompareAndSwap) or bare bytes (the others)
+	lost bool   // the link ended
 }
 
 // writeTimeout bounds one frame write: a store that does not read is a dead store.
@@ -69,7 +70,7 @@ func dialTCP(ctx context.Context, addr string, cfg Config) (*tcpClient, error) {
 		}
 	}
 	c := &tcpClient{cfg: cfg, log: cfg.Logger, pending: map[uint32]chan reply{}, rank: NoRank,
-		world: cfg.WorldSize, done: make(chan struct{}), subAck: make(chan struct{})}
+		world: cfg.WorldSize, done: make(chan struct{})}
 	if err := c.handshake(ctx, conn); err != nil {
 		_ = conn.Close()
 		return nil, err
@@ -85,14 +86,12 @@ func dialTCP(ctx context.Context, addr string, cfg Config) (*tcpClient, error) {
 		_ = c.Close()
 		return nil, err
 	}
-	select { // subscribed before Open returns: no rank-down after it is missed
-	case <-c.subAck:
-	case <-c.done:
+	// Upstream's server does not answer the subscription; it serves a link's requests in order,
+	// so the answer to a request sent after it says the subscription is in place: no rank-down
+	// after Open returns is missed.
+	if _, err := c.Get(ctx, subscribedKey, 0); err != nil && !errors.Is(err, ErrNotExist) {
 		_ = c.Close()
-		return nil, c.linkErr()
-	case <-ctx.Done():
-		_ = c.Close()
-		return nil, fmt.Errorf("%w: store handshake: %w", ErrIO, ctxErr(ctx.Err()))
+		return nil, err
 	}
 	if cfg.Ranking == Auto {
 		if _, err := c.AssignRank(ctx); err != nil {
@@ -208,15 +207,9 @@ func (c *tcpClient) readLoop() {
 		if err != nil {
 			break
 		}
-		var m *message
-		if m, err = decodeMessage(body); err != nil {
-			break
-		}
-		if h.Seq == c.subSeq && m.Op == OpWatchRankDown {
-			switch {
-			case len(m.Values) == 0:
-				close(c.subAck)
-			case len(m.Values[0]) == 4:
+		if h.Seq == c.subSeq {
+			// rank-down pushes; a subscription ack (older servers of ours) has no value
+			if m, derr := decodeMessage(body); derr == nil && m.Op == OpWatchRankDown && len(m.Values) == 1 && len(m.Values[0]) == 4 {
 				c.watch.post(int(binary.LittleEndian.Uint32(m.Values[0])))
 			}
 			continue
@@ -226,7 +219,7 @@ func (c *tcpClient) readLoop() {
 		delete(c.pending, h.Seq)
 		c.mu.Unlock()
 		if ch != nil {
-			ch <- reply{h.Result, m}
+			ch <- reply{code: h.Result, body: body}
 		}
 	}
 	c.fail(fmt.Errorf("%w: %w", ErrIO, err))
@@ -244,7 +237,7 @@ func (c *tcpClient) fail(err error) {
 	_ = c.conn.Close()
 	for seq, ch := range c.pending {
 		delete(c.pending, seq)
-		ch <- reply{code: CodeIOError}
+		ch <- reply{code: CodeIOError, lost: true}
 	}
 }
 
@@ -255,7 +248,7 @@ func (c *tcpClient) linkErr() error {
 }
 
 // call sends m and waits for its reply (or ctx, or the link's end).
-func (c *tcpClient) call(ctx context.Context, m *message) (Code, *message, error) {
+func (c *tcpClient) call(ctx context.Context, m *message) (Code, []byte, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, ctxErr(err)
 	}
@@ -274,10 +267,10 @@ func (c *tcpClient) call(ctx context.Context, m *message) (Code, *message, error
 	}
 	select {
 	case r := <-ch:
-		if r.m == nil && r.code == CodeIOError {
+		if r.lost {
 			return 0, nil, c.linkErr()
 		}
-		return r.code, r.m, nil
+		return r.code, r.body, nil
 	case <-ctx.Done():
 		c.mu.Lock()
 		delete(c.pending, seq)
@@ -299,21 +292,38 @@ func (c *tcpClient) do(ctx context.Context, op Op, key string, userDef int64, va
 			return nil, false, err
 		}
 	}
-	code, m, err := c.call(ctx, &message{Op: op, UserDef: userDef, Keys: [][]byte{[]byte(key)}, Values: vals})
+	code, body, err := c.call(ctx, &message{Op: op, UserDef: userDef, Keys: [][]byte{[]byte(key)}, Values: vals})
 	if err != nil {
 		return nil, false, err
 	}
 	if code != CodeSuccess {
-		msg := ""
-		if len(m.Values) > 0 {
-			msg = ": " + string(m.Values[0])
+		// Upstream's error replies are bare text; a packed one carries the text as its value.
+		text := string(body)
+		if m, derr := decodeMessage(body); derr == nil && len(m.Values) > 0 {
+			text = string(m.Values[0])
 		}
-		return nil, false, fmt.Errorf("%w: %s %q%s", errFor(code), opName(op), key, msg)
+		if text != "" {
+			text = ": " + text
+		}
+		return nil, false, fmt.Errorf("%w: %s %q%s", errFor(code), opName(op), key, text)
 	}
-	if len(m.Values) == 0 {
-		return nil, false, nil
+	switch op {
+	case OpGet, OpCAS: // packed: one value
+		m, err := decodeMessage(body)
+		if err != nil {
+			return nil, false, err
+		}
+		if len(m.Values) == 0 {
+			return nil, false, nil
+		}
+		v := append([]byte{}, m.Values[0]...) // non-nil: an empty value is not an absent key
+		// CompareAndSwap's previous value is empty when the key was absent (upstream); our
+		// server also sets userDef bit 0 when the key existed, telling absent from empty.
+		return v, op == OpGet || len(v) > 0 || m.UserDef&casExisted != 0, nil
+	case OpAdd, OpAppend: // bare: the decimal result
+		return append([]byte(nil), body...), true, nil
 	}
-	return append([]byte(nil), m.Values[0]...), true, nil
+	return nil, false, nil // Set, Remove, Write: a bare "success"
 }
 
 func opName(op Op) string {

@@ -398,10 +398,13 @@ func (s *Server) created(key string, v []byte) {
 func (s *Server) handle(l *link, seq uint32, m *message) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	reply := func(c Code, vals ...[]byte) {
-		l.send((&message{Op: m.Op, Values: vals}).frame(seq, c), s.cfg.MaxQueued)
+	// Replies are upstream's: Get's value and CompareAndSwap's previous value go packed in a
+	// message; everything else (results of Add and Append, "success", errors) is a bare body.
+	packed := func(c Code, userDef int64, vals ...[]byte) {
+		l.send((&message{Op: m.Op, UserDef: userDef, Values: vals}).frame(seq, c), s.cfg.MaxQueued)
 	}
-	fail := func(err error) { reply(CodeOf(err), []byte(err.Error())) }
+	bare := func(c Code, body string) { l.send(bareFrame(seq, c, body), s.cfg.MaxQueued) }
+	fail := func(err error) { bare(CodeOf(err), err.Error()) }
 	switch m.Op {
 	case OpHeartbeat:
 		return
@@ -411,8 +414,7 @@ func (s *Server) handle(l *link, seq uint32, m *message) {
 		}
 		return
 	case OpWatchRankDown:
-		l.sub, l.subSeq = true, seq
-		reply(CodeSuccess) // the ack (no value); events follow under the same seq
+		l.sub, l.subSeq = true, seq // no answer (as upstream): events follow under this seq
 		return
 	}
 	if len(m.Keys) != 1 || len(m.Keys[0]) == 0 {
@@ -437,7 +439,7 @@ func (s *Server) handle(l *link, seq uint32, m *message) {
 		if !exists {
 			s.created(key, m.Values[0])
 		}
-		reply(CodeSuccess)
+		bare(CodeSuccess, "success")
 	case OpGet:
 		if key == autoRankKey {
 			r, err := s.assignRank(l)
@@ -447,15 +449,15 @@ func (s *Server) handle(l *link, seq uint32, m *message) {
 			}
 			var v [4]byte
 			binary.LittleEndian.PutUint32(v[:], uint32(r))
-			reply(CodeSuccess, v[:])
+			packed(CodeSuccess, 0, v[:])
 			return
 		}
 		if exists {
-			reply(CodeSuccess, old)
+			packed(CodeSuccess, 0, old)
 			return
 		}
 		if m.UserDef == 0 {
-			reply(CodeNotExist)
+			bare(CodeNotExist, "<not exist>")
 			return
 		}
 		if _, dup := l.waits[seq]; dup {
@@ -472,7 +474,7 @@ func (s *Server) handle(l *link, seq uint32, m *message) {
 			defer s.mu.Unlock()
 			if l.waits[seq] == w {
 				s.unpark(w)
-				l.send((&message{Op: OpGet}).frame(seq, CodeTimeout), s.cfg.MaxQueued)
+				l.send(bareFrame(seq, CodeTimeout, "<timeout>"), s.cfg.MaxQueued)
 			}
 		})
 		l.waits[seq] = w
@@ -501,14 +503,14 @@ func (s *Server) handle(l *link, seq uint32, m *message) {
 		if !exists {
 			s.created(key, nv)
 		}
-		reply(CodeSuccess, nv)
+		bare(CodeSuccess, string(nv))
 	case OpRemove:
 		if !exists {
-			reply(CodeNotExist)
+			bare(CodeNotExist, "not exist")
 			return
 		}
 		delete(s.kv, key)
-		reply(CodeSuccess)
+		bare(CodeSuccess, "success")
 	case OpAppend:
 		if !need(1) {
 			return
@@ -522,7 +524,7 @@ func (s *Server) handle(l *link, seq uint32, m *message) {
 		if !exists {
 			s.created(key, nv)
 		}
-		reply(CodeSuccess, []byte(strconv.Itoa(len(nv))))
+		bare(CodeSuccess, strconv.Itoa(len(nv)))
 	case OpCAS:
 		if !need(2) {
 			return
@@ -535,10 +537,10 @@ func (s *Server) handle(l *link, seq uint32, m *message) {
 			}
 		}
 		if !exists {
-			reply(CodeSuccess)
+			packed(CodeSuccess, 0, nil) // upstream: one value, empty, when the key was absent
 			return
 		}
-		reply(CodeSuccess, old)
+		packed(CodeSuccess, casExisted, old) // extension: userDef bit 0 tells an empty value from none
 	case OpWrite:
 		if !need(1) {
 			return
@@ -565,7 +567,7 @@ func (s *Server) handle(l *link, seq uint32, m *message) {
 		if !exists {
 			s.created(key, nv)
 		}
-		reply(CodeSuccess)
+		bare(CodeSuccess, "success")
 	default:
 		fail(fmt.Errorf("%w: unknown op %d", ErrInvalidMessage, m.Op))
 	}

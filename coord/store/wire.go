@@ -219,3 +219,20 @@ func readFrame(r io.Reader, hdr []byte) (header, []byte, error) {
 	}
 	return h, body, nil
 }
+
+// casExisted is the bit of a CompareAndSwap reply's userDef that says the key existed
+// (an extension: upstream's reply carries an empty value for an absent key and for an empty one).
+const casExisted = 1
+
+// subscribedKey is read right after the rank-down subscription: its answer (NOT_EXIST) says the
+// server has the subscription, since a link's requests are served in order.
+const subscribedKey = "hmc#subscribed"
+
+// bareFrame is a reply whose body is raw bytes rather than a packed message, as upstream answers
+// Set, Add, Append, Remove, Write, a missing key, a timed-out Get and errors.
+func bareFrame(seq uint32, result Code, body string) []byte {
+	f := make([]byte, headerLen+len(body))
+	header{Result: result, BodyLen: uint32(len(body)), Seq: seq}.put(f)
+	copy(f[headerLen:], body)
+	return f
+}
