@@ -5,9 +5,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,5 +60,60 @@ func TestCLibraryTwoProcesses(t *testing.T) {
 	}
 	if !strings.Contains(string(cliOut), "all checks passed") {
 		t.Fatalf("client output: %s", cliOut)
+	}
+}
+
+// TestMemCacheDlopenFourProcesses builds the library as libmf_smem.so (name and soname), and
+// runs MemCache's calls (capi/examples/memcache_bm.c, through dlopen and dlsym exactly as
+// MemCache does) as 4 processes that write into, read from and check each other's slices.
+func TestMemCacheDlopenFourProcesses(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skipf("no C compiler (cc): %v", err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	lib := filepath.Join(dir, "libmf_smem.so")
+	build := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-ldflags=-extldflags=-Wl,-soname,libmf_smem.so", "-o", lib, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("readelf", "-d", lib).Output(); err == nil && !strings.Contains(string(out), "[libmf_smem.so]") {
+		t.Errorf("soname: %s", out)
+	}
+	bin := filepath.Join(dir, "memcache_bm")
+	compile := exec.CommandContext(ctx, cc, "-O1", "-Wall", "-Wextra", "-Werror", "-o", bin, "examples/memcache_bm.c", "-I", "include", "-ldl")
+	if out, err := compile.CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "tcp://" + l.Addr().String()
+	l.Close()
+	const world = 4
+	type res struct {
+		out []byte
+		err error
+	}
+	results := make(chan res, world)
+	for r := range world {
+		cmd := exec.CommandContext(ctx, bin, url, strconv.Itoa(world), strconv.Itoa(r))
+		cmd.Env = append(os.Environ(), "MF_SMEM_LIB="+lib)
+		go func() {
+			out, err := cmd.CombinedOutput()
+			results <- res{out, err}
+		}()
+		if r == 0 {
+			time.Sleep(200 * time.Millisecond) // rank 0 serves the store; the others retry anyway
+		}
+	}
+	for range world {
+		r := <-results
+		if r.err != nil || !strings.Contains(string(r.out), "OK ") {
+			t.Errorf("rank: %v\n%s", r.err, r.out)
+		}
 	}
 }

@@ -14,14 +14,46 @@ package cabi
 #include <stdlib.h>
 #include <string.h>
 
-static __thread char hmc_err[1024];
+// Per-thread error strings live in memory a pthread key owns, not in __thread arrays: Go's
+// runtime makes the library need static TLS, and a library that is dlopen()ed (MemCache does
+// so with libmf_smem.so) gets only glibc's small static surplus: 2 KiB of arrays did not fit.
+#include <pthread.h>
 
-static void hmc_set_error(const char *msg) {
-	strncpy(hmc_err, msg, sizeof hmc_err - 1);
-	hmc_err[sizeof hmc_err - 1] = 0;
+typedef struct { char err[1024]; char taken[1024]; } hmc_tls;
+
+static pthread_key_t hmc_key;
+static pthread_once_t hmc_once = PTHREAD_ONCE_INIT;
+
+static void hmc_key_init(void) { pthread_key_create(&hmc_key, free); }
+
+static hmc_tls *hmc_slot(void) {
+	pthread_once(&hmc_once, hmc_key_init);
+	hmc_tls *t = pthread_getspecific(hmc_key);
+	if (t == NULL) {
+		t = calloc(1, sizeof *t);
+		if (t == NULL) {
+			static hmc_tls oom; // shared, but only when memory is out
+			return &oom;
+		}
+		pthread_setspecific(hmc_key, t);
+	}
+	return t;
 }
 
-static const char *hmc_get_error(void) { return hmc_err; }
+static void hmc_set_error(const char *msg) {
+	hmc_tls *t = hmc_slot();
+	strncpy(t->err, msg, sizeof t->err - 1);
+	t->err[sizeof t->err - 1] = 0;
+}
+
+static const char *hmc_get_error(void) { return hmc_slot()->err; }
+
+static const char *hmc_take_error(void) {
+	hmc_tls *t = hmc_slot();
+	memcpy(t->taken, t->err, sizeof t->err);
+	t->err[0] = 0;
+	return t->taken;
+}
 */
 import "C"
 
@@ -52,6 +84,14 @@ func Call(f func() error) (rc int) {
 	}
 	return int(status.Success)
 }
+
+// LastError returns the calling thread's last-error string (a C string that stays valid until
+// the thread's next error), without clearing it.
+func LastError() unsafe.Pointer { return unsafe.Pointer(C.hmc_get_error()) }
+
+// TakeError returns the calling thread's last-error string and clears it (the returned C
+// string stays valid until the thread's next TakeError).
+func TakeError() unsafe.Pointer { return unsafe.Pointer(C.hmc_take_error()) }
 
 // SetError sets the calling thread's last-error string.
 func SetError(msg string) {
