@@ -117,3 +117,51 @@ func TestMemCacheDlopenFourProcesses(t *testing.T) {
 		}
 	}
 }
+
+// TestSmemShmAndTransTwoProcesses links capi/examples/smem_faces.c against libmf_smem.so and
+// runs Share Memory's set-up and control plane and the transfer engine across two processes.
+func TestSmemShmAndTransTwoProcesses(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skipf("no C compiler (cc): %v", err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	lib := filepath.Join(dir, "libmf_smem.so")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-ldflags=-extldflags=-Wl,-soname,libmf_smem.so", "-o", lib, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	bin := filepath.Join(dir, "smem_faces")
+	if out, err := exec.CommandContext(ctx, cc, "-O1", "-Wall", "-Wextra", "-Werror", "-o", bin, "examples/smem_faces.c", "-I", "include",
+		"-L", dir, "-l:libmf_smem.so", "-Wl,-rpath,"+dir).CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, out)
+	}
+	free := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().String()
+	}
+	url, id0, id1 := "tcp://"+free(), free(), free()
+	type res struct {
+		out []byte
+		err error
+	}
+	results := make(chan res, 2)
+	for r := range 2 {
+		cmd := exec.CommandContext(ctx, bin, url, strconv.Itoa(r), id0, id1)
+		go func() {
+			out, err := cmd.CombinedOutput()
+			results <- res{out, err}
+		}()
+	}
+	for range 2 {
+		r := <-results
+		if r.err != nil || !strings.Contains(string(r.out), "OK ") {
+			t.Errorf("rank: %v\n%s", r.err, r.out)
+		}
+	}
+}
