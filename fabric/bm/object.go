@@ -343,11 +343,15 @@ func (b *BigMemory) Barrier(ctx context.Context) error {
 	return nil
 }
 
-// follow brings the members in line with view v: new ranks' descriptors are read and their
-// slices mapped (same host) or made reachable; gone ranks' are dropped. Serialised by followMu.
-func (b *BigMemory) follow(v group.View) {
+// follow brings the members in line with the group's current view (the view a caller passes
+// may be stale: a view-change callback can run before Join has marked this rank joined, and
+// Join's own view is older than one adopted meanwhile): new ranks' descriptors are read and
+// their slices mapped (same host) or made reachable; gone ranks' are dropped. Serialised by
+// followMu.
+func (b *BigMemory) follow(group.View) {
 	b.followMu.Lock()
 	defer b.followMu.Unlock()
+	v := b.grp.View()
 	b.mu.RLock()
 	joined, closed := b.joined, b.closed
 	b.mu.RUnlock()
@@ -453,15 +457,41 @@ func (b *BigMemory) drop(m *member) {
 	b.log.Info("bm: member dropped", "rank", m.rank)
 }
 
-// member returns rank r's member entry (not this rank).
+// member returns rank r's member entry (not this rank). A rank the group has but this
+// process has not admitted (its admission failed, say) is admitted now.
 func (b *BigMemory) member(r int) (*member, error) {
 	b.mu.RLock()
 	m, ok := b.members[r]
+	joined := b.joined
 	b.mu.RUnlock()
+	if !ok && joined && b.grp.View().Has(r) {
+		m, ok = b.admitLate(r)
+	}
 	if !ok {
 		return nil, fmt.Errorf("rank %d: %w", r, ErrRankDown)
 	}
 	return m, nil
+}
+
+// admitLate admits rank r, a member of the view that follow has not admitted. It only adds
+// (a caller may hold another member's mapping lock, which dropping would wait for).
+func (b *BigMemory) admitLate(r int) (*member, bool) {
+	b.followMu.Lock()
+	defer b.followMu.Unlock()
+	b.mu.RLock()
+	m, ok := b.members[r]
+	b.mu.RUnlock()
+	if ok {
+		return m, true
+	}
+	if err := b.admit(r); err != nil {
+		b.log.Warn("bm: member not admitted", "rank", r, "err", err)
+		return nil, false
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	m, ok = b.members[r]
+	return m, ok
 }
 
 // pairOps returns the data ops allowed between this rank and a member with descriptor d:
