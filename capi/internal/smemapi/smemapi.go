@@ -49,6 +49,12 @@ var state struct {
 	mu       sync.Mutex
 	fab      *bm.Fabric
 	stores   []*store.Server
+}
+
+// logState is the installed logger: its own lock, since the library logs while state.mu is
+// held (smem_bm_init logs from bm.Init).
+var logState struct {
+	mu       sync.Mutex
 	logger   C.smem_logger
 	logLevel int
 }
@@ -84,9 +90,9 @@ func guard(f func() error) (rc C.int32_t) {
 type logHandler struct{ attrs []slog.Attr }
 
 func (h logHandler) Enabled(_ context.Context, l slog.Level) bool {
-	state.mu.Lock()
-	defer state.mu.Unlock()
-	return state.logger != nil && smemLevel(l) >= state.logLevel
+	logState.mu.Lock()
+	defer logState.mu.Unlock()
+	return logState.logger != nil && smemLevel(l) >= logState.logLevel
 }
 
 func smemLevel(l slog.Level) int {
@@ -102,9 +108,9 @@ func smemLevel(l slog.Level) int {
 }
 
 func (h logHandler) Handle(_ context.Context, r slog.Record) error {
-	state.mu.Lock()
-	f := state.logger
-	state.mu.Unlock()
+	logState.mu.Lock()
+	f := logState.logger
+	logState.mu.Unlock()
 	if f == nil {
 		return nil
 	}
@@ -162,9 +168,9 @@ func smem_set_extern_logger(f C.smem_logger) C.int32_t {
 	if f == nil {
 		return code(fmt.Errorf("smem: null logger: %w", status.ErrInvalidConfig))
 	}
-	state.mu.Lock()
-	state.logger = f
-	state.mu.Unlock()
+	logState.mu.Lock()
+	logState.logger = f
+	logState.mu.Unlock()
 	return smOK
 }
 
@@ -173,9 +179,9 @@ func smem_set_log_level(level C.int) C.int32_t {
 	if level < 0 || level > 3 {
 		return smError
 	}
-	state.mu.Lock()
-	state.logLevel = int(level)
-	state.mu.Unlock()
+	logState.mu.Lock()
+	logState.logLevel = int(level)
+	logState.mu.Unlock()
 	return smOK
 }
 

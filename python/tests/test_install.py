@@ -1,0 +1,29 @@
+"""`pip install ./python` builds the library itself when Go is on PATH (one command for a
+Python user) and installs both packages."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PKG = os.path.join(HERE, "..")
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="go is not on PATH")
+def test_pip_install_builds_the_library(tmp_path):
+    src = tmp_path / "src"
+    repo = os.path.abspath(os.path.join(PKG, ".."))
+    # A copy of the checkout without a built library, so the install has to build it.
+    shutil.copytree(repo, src, ignore=shutil.ignore_patterns(".git", "libhmc.so", "*.test", "__pycache__", "build", "*.egg-info"))
+    target = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--target", str(target),
+                        str(src / "python")], capture_output=True, text=True, timeout=600)
+    if r.returncode != 0 and "No module named pip" in r.stderr:
+        pytest.skip("pip is not installed")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (target / "hmc" / "libhmc.so").exists()
+    check = subprocess.run([sys.executable, "-c", "import hmc, memfabric_hybrid; print(memfabric_hybrid.initialize())"],
+                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(target)), cwd=str(tmp_path))
+    assert check.returncode == 0 and check.stdout.strip() == "0", check.stdout + check.stderr

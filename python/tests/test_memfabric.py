@@ -1,0 +1,52 @@
+"""memfabric_hybrid (upstream's Python API) across processes: Big Memory, Share Memory's host
+side, and the TransferEngine the way SGLang drives it."""
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from hmc.store import Store
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def free_addr():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    a = "127.0.0.1:%d" % s.getsockname()[1]
+    s.close()
+    return a
+
+
+def run_ranks(mode, world, extra=()):
+    coord_addr = free_addr()
+    with Store("tcp://" + coord_addr, rank=False, serve=True):
+        url = "tcp://" + free_addr()
+        env = dict(os.environ, PYTHONPATH=os.path.join(HERE, ".."))
+        procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "mf_peer.py"), mode, "tcp://" + coord_addr, url,
+                                   str(world), str(r), *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, env=env) for r in range(world)]
+        outs = []
+        for p in procs:
+            try:
+                out, _ = p.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, _ = p.communicate()
+            outs.append((p.returncode, out))
+    bad = [out for rc, out in outs if rc != 0 or "OK" not in out]
+    assert not bad, "\n---\n".join(out for _, out in outs)
+
+
+def test_bm_four_ranks():
+    run_ranks("bm", 4)
+
+
+def test_shm_host_side():
+    run_ranks("shm", 2)
+
+
+def test_transfer_engine_sglang_shape():
+    run_ranks("te", 2, (free_addr(), free_addr()))
