@@ -4,7 +4,7 @@
  *   memcache_bm tcp://127.0.0.1:PORT WORLD RANK
  *
  * Rank 0 serves the store. Every rank writes into the next rank's slice (H2G, and a batch),
- * reads the next rank's slice back (G2H), checks what the previous rank wrote into its own slice
+ * reads the next rank's slice back (G2H) and copies it into its own (G2G), checks what the previous rank wrote into its own slice
  * by dereferencing its local global address, and exits 0 printing "OK <rank>". */
 #include <dlfcn.h>
 #include <stdbool.h>
@@ -172,6 +172,10 @@ int main(int argc, char **argv) {
     copy_retry(h, theirs, back, n, SMEMB_COPY_G2H, "G2H");
     for (size_t i = 0; i < n; i++)
         if (back[i] != pat(next, i)) fail("G2H bytes", (int)i);
+    /* G2G: the next rank's pattern into this rank's own slice, checked through the local GVA. */
+    copy_retry(h, theirs, mine + 3 * MIB, n, SMEMB_COPY_G2G, "G2G");
+    for (size_t i = 0; i < n; i++)
+        if (mine[3 * MIB + i] != pat(next, i)) fail("G2G bytes", (int)i);
     /* A batch of four 4 KiB pieces (async, then wait). */
     void *srcs[4], *dsts[4];
     uint64_t sizes[4];
