@@ -46,9 +46,9 @@ const (
 
 // state is the process's smem state (upstream keeps the same in singletons).
 var state struct {
-	mu       sync.Mutex
-	fab      *bm.Fabric
-	stores   []*store.Server
+	mu     sync.Mutex
+	fab    *bm.Fabric
+	stores []*store.Server
 }
 
 // logState is the installed logger: its own lock, since the library logs while state.mu is
