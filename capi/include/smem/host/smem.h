@@ -43,6 +43,12 @@ int32_t smem_set_log_level(int level);
 /* enable = false: store links in clear (the default). TLS for the store is configured through
  * smem_bm_config_t.storeTlsConfig; enable = true here is SM_INVALID_PARAM. */
 int32_t smem_set_conf_store_tls(bool enable, const char *tls_info, const uint32_t tls_info_len);
+/* Password decryption callback of upstream's TLS key API. */
+typedef int (*smem_decrypt_handler)(const char *cipherText, size_t cipherTextLen, char *plainText, size_t *plainTextLen);
+/* Accepted and ignored (upstream's is a stub too): store TLS keys come from
+ * smem_bm_config_t.storeTlsConfig.keyPath. NULL or empty key: SM_INVALID_PARAM. */
+int32_t smem_set_config_store_tls_key(const char *tls_pk, const uint32_t tls_pk_len, const char *tls_pk_pw,
+                                      const uint32_t tls_pk_pw_len, const smem_decrypt_handler h);
 const char *smem_get_last_err_msg(void);
 const char *smem_get_and_clear_last_err_msg(void);
 
