@@ -254,6 +254,31 @@ func smem_trans_batch_read(p unsafe.Pointer, locals *unsafe.Pointer, peer *C.cha
 	return transfer(p, trans.Read, peer, locals, remotes, sizes, n)
 }
 
+// noStream is the error of the _submit forms: upstream enqueues them on an Ascend ACL stream.
+func noStream() C.int32_t {
+	return code(fmt.Errorf("smem: the _submit transfers enqueue on an Ascend stream, which this host has none of; use the synchronous forms: %w", status.ErrUnsupported))
+}
+
+//export smem_trans_write_submit
+func smem_trans_write_submit(p, src unsafe.Pointer, peer *C.char, dst unsafe.Pointer, size C.size_t, stream unsafe.Pointer, flags C.uint32_t) C.int32_t {
+	return noStream()
+}
+
+//export smem_trans_read_submit
+func smem_trans_read_submit(p, local unsafe.Pointer, peer *C.char, remote unsafe.Pointer, size C.size_t, stream unsafe.Pointer, flags C.uint32_t) C.int32_t {
+	return noStream()
+}
+
+//export smem_trans_batch_write_submit
+func smem_trans_batch_write_submit(p unsafe.Pointer, srcs *unsafe.Pointer, peer *C.char, dsts *unsafe.Pointer, sizes *C.size_t, n C.uint32_t, stream unsafe.Pointer, flags C.uint32_t) C.int32_t {
+	return noStream()
+}
+
+//export smem_trans_batch_read_submit
+func smem_trans_batch_read_submit(p unsafe.Pointer, locals *unsafe.Pointer, peer *C.char, remotes *unsafe.Pointer, sizes *C.size_t, n C.uint32_t, stream unsafe.Pointer, flags C.uint32_t) C.int32_t {
+	return noStream()
+}
+
 // ---- smem_shm ----
 
 var shmState struct {

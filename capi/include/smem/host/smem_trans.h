@@ -1,6 +1,6 @@
 /* memfabric_hybrid's transfer engine API (smem_trans.h) on HMC-Go's fabric/trans. Registration
  * is usable at once (no 8 s sleep) and takes exact ranges; deregistration is real; the
- * _submit forms need an Ascend stream and return SM_ERROR. */
+ * _submit forms need an Ascend stream and return SM_ERROR (use the synchronous forms). */
 #ifndef HMC_SMEM_TRANS_H
 #define HMC_SMEM_TRANS_H
 
@@ -31,6 +31,18 @@ int32_t smem_trans_read(smem_trans_t handle, void *localAddress, const char *rem
                         const void *remoteAddress, size_t dataSize, uint32_t flags);
 int32_t smem_trans_batch_read(smem_trans_t handle, void *localAddresses[], const char *remoteUniqueId,
                               const void *remoteAddresses[], size_t dataSizes[], uint32_t batchSize, uint32_t flags);
+
+/* Enqueued on an Ascend ACL stream upstream (SDMA only): no such stream here, SM_ERROR. */
+int32_t smem_trans_write_submit(smem_trans_t handle, const void *srcAddress, const char *destUniqueId,
+                                void *destAddress, size_t dataSize, void *stream, uint32_t flags);
+int32_t smem_trans_read_submit(smem_trans_t handle, void *localAddress, const char *remoteUniqueId,
+                               const void *remoteAddress, size_t dataSize, void *stream, uint32_t flags);
+int32_t smem_trans_batch_write_submit(smem_trans_t handle, const void *srcAddresses[], const char *destUniqueId,
+                                      void *destAddresses[], size_t dataSizes[], uint32_t batchSize, void *stream,
+                                      uint32_t flags);
+int32_t smem_trans_batch_read_submit(smem_trans_t handle, void *localAddresses[], const char *remoteUniqueId,
+                                     const void *remoteAddresses[], size_t dataSizes[], uint32_t batchSize,
+                                     void *stream, uint32_t flags);
 
 #ifdef __cplusplus
 }
