@@ -1,0 +1,79 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/hmc-go/hmc/status"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var errMine = fmt.Errorf("%w: mine", status.ErrPeerClosed)
+
+func TestCallAndErrors(t *testing.T) {
+	h := func(_ context.Context, method string, body json.RawMessage) (any, error) {
+		switch method {
+		case "echo":
+			var s string
+			if err := json.Unmarshal(body, &s); err != nil {
+				return nil, err
+			}
+			return s + "!", nil
+		case "range":
+			return nil, fmt.Errorf("too far: %w", status.ErrOutOfRange)
+		case "mine":
+			return nil, fmt.Errorf("custom: %w", errMine)
+		}
+		return nil, fmt.Errorf("no %q: %w", method, status.ErrNotFound)
+	}
+	srv, err := Listen("127.0.0.1:0", h, time.Second, Sentinel{"mine", errMine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c := NewClient(time.Second, Sentinel{"mine", errMine})
+	defer c.Close()
+	ctx := context.Background()
+	var out string
+	if err := c.Call(ctx, srv.Addr(), "echo", "hi", &out); err != nil || out != "hi!" {
+		t.Fatalf("echo: %q %v", out, err)
+	}
+	for method, want := range map[string]error{"range": status.ErrOutOfRange, "mine": errMine, "other": status.ErrNotFound} {
+		if err := c.Call(ctx, srv.Addr(), method, nil, nil); !errors.Is(err, want) {
+			t.Errorf("%s: %v, want %v", method, err, want)
+		}
+	}
+	srv.Close()
+	if err := c.Call(ctx, srv.Addr(), "echo", "x", &out); !errors.Is(err, status.ErrPeerClosed) {
+		t.Fatalf("call to a closed server: %v", err)
+	}
+}
+
+// FuzzReadFrame: any bytes on a request socket are refused or decoded, never a panic or an
+// allocation past MaxFrame.
+func FuzzReadFrame(f *testing.F) {
+	good := func(v any) []byte {
+		var b bytes.Buffer
+		_ = writeFrame(&b, v)
+		return b.Bytes()
+	}
+	f.Add(good(request{Method: "copy", Body: json.RawMessage(`{"items":[]}`)}))
+	f.Add(good(response{Code: 3, Kind: "out_of_range", Err: "x"}))
+	huge := binary.LittleEndian.AppendUint32(nil, MaxFrame+1)
+	f.Add(huge)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req request
+		_ = readFrame(bytes.NewReader(b), &req)
+		var resp response
+		_ = readFrame(bytes.NewReader(b), &resp)
+	})
+}
