@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/hmc-go/hmc/comm"
 	"github.com/hmc-go/hmc/coord/store"
+	"github.com/hmc-go/hmc/fabric/internal/mesh"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 )
@@ -123,7 +123,7 @@ func Init(ctx context.Context, storeURL string, worldSize, deviceID int, cfg Con
 	}
 	f := &Fabric{cfg: cfg, world: worldSize, deviceID: deviceID, objects: make(map[int]*BigMemory), log: cfg.Logger}
 	var err error
-	if cfg.StartStore && (cfg.AutoRanking || cfg.Rank == 0) && localStore(storeURL) {
+	if cfg.StartStore && (cfg.AutoRanking || cfg.Rank == 0) && mesh.LocalStoreURL(storeURL) {
 		srvCfg := store.ServerConfig{WorldSize: worldSize, Secret: cfg.Secret, Logger: cfg.Logger}
 		if cfg.TLS != nil {
 			srvCfg.TLS = cfg.TLS
@@ -140,36 +140,6 @@ func Init(ctx context.Context, storeURL string, worldSize, deviceID int, cfg Con
 		return nil, fmt.Errorf("bm: the store's world has %d ranks, not %d: %w", w, worldSize, status.ErrInvalidConfig)
 	}
 	return f, nil
-}
-
-// localStore says whether a tcp:// store URL names an address of this host, which this
-// process may then serve.
-func localStore(url string) bool {
-	scheme, rest, ok := strings.Cut(url, "://")
-	if !ok || (scheme != "tcp" && scheme != "tcp6") {
-		return false
-	}
-	host, _, err := net.SplitHostPort(rest)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	if ip == nil {
-		return false
-	}
-	if ip.IsLoopback() || ip.IsUnspecified() {
-		return true
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return false
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
-			return true
-		}
-	}
-	return false
 }
 
 // Rank returns this process's rank (upstream's smem_bm_get_rank_id).

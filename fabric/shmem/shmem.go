@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -121,7 +120,7 @@ func Init(ctx context.Context, storeURL string, worldSize, rank, deviceID int, c
 	w := &World{cfg: cfg, world: worldSize, rank: rank, heaps: make(map[int]*Heap), log: cfg.Logger.With("shmem_rank", rank)}
 	scfg := store.Config{Ranking: store.Explicit, Rank: rank, WorldSize: worldSize, Secret: cfg.Secret, TLS: cfg.TLS, Logger: cfg.Logger}
 	var err error
-	if cfg.StartStore && rank == 0 && localURL(storeURL) {
+	if cfg.StartStore && rank == 0 && mesh.LocalStoreURL(storeURL) {
 		w.client, w.server, err = store.ServeOrJoin(ctx, storeURL, store.ServerConfig{WorldSize: worldSize, Secret: cfg.Secret, TLS: cfg.TLS}, scfg)
 	} else {
 		w.client, err = store.Open(ctx, storeURL, scfg)
@@ -134,31 +133,6 @@ func Init(ctx context.Context, storeURL string, worldSize, rank, deviceID int, c
 		return nil, fmt.Errorf("shmem: init: %w", err)
 	}
 	return w, nil
-}
-
-func localURL(url string) bool {
-	_, rest, ok := strings.Cut(url, "://")
-	if !ok {
-		return false
-	}
-	host, _, err := net.SplitHostPort(rest)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	if ip == nil {
-		return false
-	}
-	if ip.IsLoopback() || ip.IsUnspecified() {
-		return true
-	}
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
-			return true
-		}
-	}
-	return false
 }
 
 // Rank returns this process's rank; Size the world's.

@@ -378,6 +378,21 @@ func smem_shm_create(id, rankSize, rankID C.uint32_t, size C.uint64_t, op C.smem
 
 func shmOf(p unsafe.Pointer) (*shmHandle, error) { return fromPtr[*shmHandle](p) }
 
+// onShm runs f with the heap behind handle p and the world, as an export's body.
+func onShm(p unsafe.Pointer, f func(sh *shmHandle, w *shmem.World) error) C.int32_t {
+	return guard(func() error {
+		sh, err := shmOf(p)
+		if err != nil {
+			return err
+		}
+		w, err := shmWorld()
+		if err != nil {
+			return err
+		}
+		return f(sh, w)
+	})
+}
+
 //export smem_shm_destroy
 func smem_shm_destroy(p unsafe.Pointer, flags C.uint32_t) C.int32_t {
 	return guard(func() error {
@@ -395,14 +410,7 @@ func smem_shm_destroy(p unsafe.Pointer, flags C.uint32_t) C.int32_t {
 
 //export smem_shm_set_extra_context
 func smem_shm_set_extra_context(p, ctx unsafe.Pointer, size C.uint32_t) C.int32_t {
-	return guard(func() error {
-		if _, err := shmOf(p); err != nil {
-			return err
-		}
-		w, err := shmWorld()
-		if err != nil {
-			return err
-		}
+	return onShm(p, func(sh *shmHandle, w *shmem.World) error {
 		b, err := cabi.HostBytes(ctx, uint64(size))
 		if err != nil {
 			return err
@@ -433,28 +441,14 @@ func smem_shm_get_global_rank_size(p unsafe.Pointer) C.uint32_t {
 
 //export smem_shm_control_barrier
 func smem_shm_control_barrier(p unsafe.Pointer) C.int32_t {
-	return guard(func() error {
-		if _, err := shmOf(p); err != nil {
-			return err
-		}
-		w, err := shmWorld()
-		if err != nil {
-			return err
-		}
+	return onShm(p, func(sh *shmHandle, w *shmem.World) error {
 		return w.ControlBarrier(context.Background())
 	})
 }
 
 //export smem_shm_control_allgather
 func smem_shm_control_allgather(p unsafe.Pointer, send *C.char, sendSize C.uint32_t, recv *C.char, recvSize C.uint32_t) C.int32_t {
-	return guard(func() error {
-		if _, err := shmOf(p); err != nil {
-			return err
-		}
-		w, err := shmWorld()
-		if err != nil {
-			return err
-		}
+	return onShm(p, func(sh *shmHandle, w *shmem.World) error {
 		if uint64(recvSize) != uint64(sendSize)*uint64(w.Size()) {
 			return fmt.Errorf("smem: allgather receive size %d, want %d × %d: %w", uint32(recvSize), uint32(sendSize), w.Size(), status.ErrInvalidConfig)
 		}
@@ -598,14 +592,7 @@ func smem_shm_topology_can_reach(p unsafe.Pointer, remote C.uint32_t, info *C.ui
 
 //export smem_shm_atomic_alloc_value
 func smem_shm_atomic_alloc_value(p unsafe.Pointer, limit C.uint32_t, out *C.uint32_t) C.int32_t {
-	return guard(func() error {
-		if _, err := shmOf(p); err != nil {
-			return err
-		}
-		w, err := shmWorld()
-		if err != nil {
-			return err
-		}
+	return onShm(p, func(sh *shmHandle, w *shmem.World) error {
 		if out == nil {
 			return fmt.Errorf("smem: null output: %w", status.ErrInvalidConfig)
 		}
@@ -620,29 +607,14 @@ func smem_shm_atomic_alloc_value(p unsafe.Pointer, limit C.uint32_t, out *C.uint
 
 //export smem_shm_atomic_release_value
 func smem_shm_atomic_release_value(p unsafe.Pointer, v C.int32_t) C.int32_t {
-	return guard(func() error {
-		if _, err := shmOf(p); err != nil {
-			return err
-		}
-		w, err := shmWorld()
-		if err != nil {
-			return err
-		}
+	return onShm(p, func(sh *shmHandle, w *shmem.World) error {
 		return w.ReleaseNumber(context.Background(), int(v))
 	})
 }
 
 //export smem_shm_register_exit
 func smem_shm_register_exit(p unsafe.Pointer, fn C.smem_exit_fn) C.int32_t {
-	return guard(func() error {
-		sh, err := shmOf(p)
-		if err != nil {
-			return err
-		}
-		w, err := shmWorld()
-		if err != nil {
-			return err
-		}
+	return onShm(p, func(sh *shmHandle, w *shmem.World) error {
 		if fn == nil {
 			return fmt.Errorf("smem: null exit callback: %w", status.ErrInvalidConfig)
 		}
@@ -658,14 +630,5 @@ func smem_shm_register_exit(p unsafe.Pointer, fn C.smem_exit_fn) C.int32_t {
 
 //export smem_shm_global_exit
 func smem_shm_global_exit(p unsafe.Pointer, s C.int) {
-	guard(func() error {
-		if _, err := shmOf(p); err != nil {
-			return err
-		}
-		w, err := shmWorld()
-		if err != nil {
-			return err
-		}
-		return w.GlobalExit(context.Background(), int(s))
-	})
+	onShm(p, func(_ *shmHandle, w *shmem.World) error { return w.GlobalExit(context.Background(), int(s)) })
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/hmc-go/hmc/buffer"
@@ -318,4 +319,34 @@ func (m *Mesh) Close() error {
 	}
 	errs = append(errs, m.local.Close())
 	return errors.Join(errs...)
+}
+
+// LocalStoreURL says whether a tcp:// store URL names an address of this host, which this
+// process may then serve (the faces' store racing).
+func LocalStoreURL(url string) bool {
+	scheme, rest, ok := strings.Cut(url, "://")
+	if !ok || (scheme != "tcp" && scheme != "tcp6") {
+		return false
+	}
+	host, _, err := net.SplitHostPort(rest)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return false
+	}
+	if ip.IsLoopback() || ip.IsUnspecified() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
 }
