@@ -61,11 +61,11 @@ func startAgent(b *BigMemory) (*agent, error) {
 		}
 		return nil, b.runForwarded(ctx, req.Items)
 	}
-	srv, err := rpc.Listen(net.JoinHostPort(ip, "0"), h, b.ctl, rankDown)
+	srv, err := rpc.Listen(net.JoinHostPort(ip, "0"), h, b.ctl, b.f.cfg.Secret, rankDown)
 	if err != nil {
 		return nil, fmt.Errorf("bm: copy agent: %w", err)
 	}
-	return &agent{srv: srv, client: rpc.NewClient(b.ctl, rankDown)}, nil
+	return &agent{srv: srv, client: rpc.NewClient(b.ctl, b.f.cfg.Secret, rankDown)}, nil
 }
 
 func (a *agent) addr() string { return a.srv.Addr() }

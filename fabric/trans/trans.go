@@ -174,11 +174,11 @@ func Create(ctx context.Context, metadataURL, uniqueID string, cfg Config) (_ *E
 	if e.mesh, err = mesh.New(e.table, mesh.Config{BindIP: host, Kinds: kinds, Transports: cfg.Transports, Logger: e.log}); err != nil {
 		return nil, fmt.Errorf("trans: %w", err)
 	}
-	if e.srv, err = rpc.Listen(uniqueID, e.handle, cfg.Timeout); err != nil {
+	if e.srv, err = rpc.Listen(uniqueID, e.handle, cfg.Timeout, cfg.Secret); err != nil {
 		return nil, fmt.Errorf("trans: %w", err)
 	}
 	e.id = e.srv.Addr()
-	e.client = rpc.NewClient(cfg.Timeout)
+	e.client = rpc.NewClient(cfg.Timeout, cfg.Secret)
 	if metadataURL != "" && metadataURL != P2P {
 		if err := e.openStore(ctx, metadataURL); err != nil {
 			return nil, err

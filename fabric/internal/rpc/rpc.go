@@ -54,6 +54,7 @@ type Server struct {
 	l         net.Listener
 	h         Handler
 	timeout   time.Duration
+	secret    []byte
 	sentinels []Sentinel
 	wg        sync.WaitGroup
 
@@ -63,13 +64,14 @@ type Server struct {
 }
 
 // Listen serves h on addr ("ip:port"; port 0 picks one). Each request runs with a context
-// bounded by timeout. extra are the face's own sentinels (checked before the base ones).
-func Listen(addr string, h Handler, timeout time.Duration, extra ...Sentinel) (*Server, error) {
+// bounded by timeout. With a secret, only clients that prove it are served (auth.go). extra
+// are the face's own sentinels (checked before the base ones).
+func Listen(addr string, h Handler, timeout time.Duration, secret []byte, extra ...Sentinel) (*Server, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("rpc: listen %s: %w: %w", addr, status.ErrFailed, err)
 	}
-	s := &Server{l: l, h: h, timeout: timeout, sentinels: append(extra, base...), conns: make(map[net.Conn]struct{})}
+	s := &Server{l: l, h: h, timeout: timeout, secret: secret, sentinels: append(extra, base...), conns: make(map[net.Conn]struct{})}
 	s.wg.Add(1)
 	go s.accept() // owned by s: Close stops and waits
 	return s, nil
@@ -106,6 +108,9 @@ func (s *Server) serve(c net.Conn) {
 		s.mu.Unlock()
 		_ = c.Close()
 	}()
+	if err := serverHello(c, s.secret, s.timeout); err != nil {
+		return
+	}
 	r := bufio.NewReader(c)
 	for {
 		var req request
@@ -160,6 +165,7 @@ func (s *Server) Close() error {
 // Client keeps one connection per server address, used by one request at a time.
 type Client struct {
 	timeout   time.Duration
+	secret    []byte
 	sentinels []Sentinel
 
 	mu     sync.Mutex
@@ -173,9 +179,10 @@ type conn struct {
 	r  *bufio.Reader
 }
 
-// NewClient returns a Client whose calls without a deadline are bounded by timeout.
-func NewClient(timeout time.Duration, extra ...Sentinel) *Client {
-	return &Client{timeout: timeout, sentinels: append(extra, base...), conns: make(map[string]*conn)}
+// NewClient returns a Client whose calls without a deadline are bounded by timeout; with a
+// secret it proves it to servers and requires them to prove it back.
+func NewClient(timeout time.Duration, secret []byte, extra ...Sentinel) *Client {
+	return &Client{timeout: timeout, secret: secret, sentinels: append(extra, base...), conns: make(map[string]*conn)}
 }
 
 // Call sends method with req (JSON) to the server at addr and decodes its reply into resp
@@ -207,6 +214,14 @@ func (c *Client) Call(ctx context.Context, addr, method string, req, resp any) e
 				return cerr
 			}
 			return fmt.Errorf("rpc: %s: %w: %w", addr, status.ErrPeerClosed, err)
+		}
+		dl, ok := ctx.Deadline()
+		if !ok {
+			dl = time.Now().Add(c.timeout)
+		}
+		if err := clientHello(nc, c.secret, dl); err != nil {
+			_ = nc.Close()
+			return fmt.Errorf("rpc: %s: %w", addr, err)
 		}
 		cc.c, cc.r = nc, bufio.NewReader(nc)
 	}

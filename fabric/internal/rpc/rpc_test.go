@@ -35,12 +35,12 @@ func TestCallAndErrors(t *testing.T) {
 		}
 		return nil, fmt.Errorf("no %q: %w", method, status.ErrNotFound)
 	}
-	srv, err := Listen("127.0.0.1:0", h, time.Second, Sentinel{"mine", errMine})
+	srv, err := Listen("127.0.0.1:0", h, time.Second, nil, Sentinel{"mine", errMine})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	c := NewClient(time.Second, Sentinel{"mine", errMine})
+	c := NewClient(time.Second, nil, Sentinel{"mine", errMine})
 	defer c.Close()
 	ctx := context.Background()
 	var out string
@@ -55,6 +55,41 @@ func TestCallAndErrors(t *testing.T) {
 	srv.Close()
 	if err := c.Call(ctx, srv.Addr(), "echo", "x", &out); !errors.Is(err, status.ErrPeerClosed) {
 		t.Fatalf("call to a closed server: %v", err)
+	}
+}
+
+// With a shared secret only a client that proves it is served, and a client with a secret
+// refuses a server without one.
+func TestSharedSecret(t *testing.T) {
+	h := func(context.Context, string, json.RawMessage) (any, error) { return "yes", nil }
+	srv, err := Listen("127.0.0.1:0", h, time.Second, []byte("s3cret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	open, err := Listen("127.0.0.1:0", h, time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	ctx := context.Background()
+	for name, c := range map[string]struct {
+		client *Client
+		addr   string
+		ok     bool
+	}{
+		"right secret":   {NewClient(time.Second, []byte("s3cret")), srv.Addr(), true},
+		"wrong secret":   {NewClient(time.Second, []byte("guess")), srv.Addr(), false},
+		"no secret":      {NewClient(time.Second, nil), srv.Addr(), false},
+		"server without": {NewClient(time.Second, []byte("s3cret")), open.Addr(), false},
+		"neither":        {NewClient(time.Second, nil), open.Addr(), true},
+	} {
+		var out string
+		err := c.client.Call(ctx, c.addr, "q", nil, &out)
+		c.client.Close()
+		if c.ok != (err == nil) || (c.ok && out != "yes") || (!c.ok && !errors.Is(err, status.ErrPermission) && !errors.Is(err, status.ErrPeerClosed)) {
+			t.Errorf("%s: %q %v", name, out, err)
+		}
 	}
 }
 
