@@ -339,9 +339,13 @@ func (h *Heap) mapPeer(ctx context.Context, r int, p *peer) error {
 }
 
 // Destroy ends the heap (collective: every rank calls it).
+//
+// The closing barrier only keeps a rank from unmapping its block while others still copy to it;
+// a rank that is gone by then (it finished first; often the one that served the store) leaves
+// nothing to wait for, so its absence is logged, not returned: the local teardown's errors are.
 func (h *Heap) Destroy(ctx context.Context) error {
 	if err := h.w.grp.Barrier(ctx); err != nil {
-		return errors.Join(err, h.destroy())
+		h.w.log.Info("shmem: destroy: closing barrier incomplete", "heap", h.id, "err", err)
 	}
 	return h.destroy()
 }
