@@ -93,6 +93,7 @@ type Group struct {
 	wg      sync.WaitGroup
 	changes chan struct{} // kicks the membership goroutine
 
+	adoptMu sync.Mutex // serialises adopt, callbacks included
 	mu      sync.Mutex
 	view    View
 	coll    *collective // rounds of the current view
@@ -169,8 +170,9 @@ func (g *Group) View() View {
 	return View{Version: g.view.Version, Members: slices.Clone(g.view.Members)}
 }
 
-// OnViewChange registers fn, called (one at a time, in version order, from the group's
-// goroutine) after each view change this member adopts. cancel unregisters it.
+// OnViewChange registers fn, called (one at a time, in version order, from the goroutine that
+// adopted the view) after each view change this member adopts; a view adopted after a newer
+// one is skipped. fn must not call Join or Leave (they adopt views too). cancel unregisters it.
 func (g *Group) OnViewChange(fn func(old, new View)) (cancel func()) {
 	g.mu.Lock()
 	id := g.nextFn
@@ -350,6 +352,11 @@ func (g *Group) Leave(ctx context.Context) (View, error) {
 
 // adopt makes v the current view if it is newer, and runs the callbacks.
 func (g *Group) adopt(v View) {
+	// One adoption at a time, callbacks included: Join's own adoption and the follower's may
+	// race, and a newer view's callbacks must not run before an older one's (they did: a
+	// view-change callback saw version 1 after 5).
+	g.adoptMu.Lock()
+	defer g.adoptMu.Unlock()
 	g.mu.Lock()
 	if v.Version <= g.view.Version {
 		g.mu.Unlock()
