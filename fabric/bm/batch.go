@@ -248,18 +248,15 @@ func (b *BigMemory) postOne(ctx context.Context, it item) (*transport.Op, error)
 	if err != nil {
 		return nil, err
 	}
-	for _, k := range b.kinds(m) {
-		ep, err := b.mesh.Endpoint(ctx, remote.rank, k)
-		if err != nil {
-			continue
-		}
-		r := ep.(transport.RMA)
-		if write {
-			return r.WriteAsync(ctx, buf, transport.Remote{Addr: remote.addr})
-		}
-		return r.ReadAsync(ctx, buf, transport.Remote{Addr: remote.addr})
+	ep, _, err := b.mesh.First(ctx, remote.rank, b.kinds(m))
+	if err != nil {
+		return nil, nil // no endpoint: copyOne reports why
 	}
-	return nil, nil // no endpoint: copyOne reports why
+	r := ep.(transport.RMA)
+	if write {
+		return r.WriteAsync(ctx, buf, transport.Remote{Addr: remote.addr})
+	}
+	return r.ReadAsync(ctx, buf, transport.Remote{Addr: remote.addr})
 }
 
 // Wait waits for every ASYNC copy issued so far and returns the first error among them

@@ -47,76 +47,54 @@ func (h *Heap) addr(pe int, off uint64, priv bool) uint64 {
 	return h.space.Slice(pe) + off
 }
 
-// rma posts a one-sided transfer to pe on the first transport that connects.
-func (h *Heap) rma(ctx context.Context, pe int, write bool, b []byte, addr uint64) (*transport.Op, error) {
-	var errs []error
-	for _, k := range h.kinds {
-		ep, err := h.mesh.Endpoint(ctx, pe, k)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		r := ep.(transport.RMA)
-		if write {
-			return r.WriteAsync(ctx, b, transport.Remote{Addr: addr})
-		}
-		return r.ReadAsync(ctx, b, transport.Remote{Addr: addr})
+// rma returns the endpoint to pe over the first of the heap's transports that connects.
+func (h *Heap) rma(ctx context.Context, pe int) (transport.RMA, error) {
+	ep, _, err := h.mesh.First(ctx, pe, h.kinds)
+	if err != nil {
+		return nil, fmt.Errorf("shmem: rank %d: %w", pe, err)
 	}
-	return nil, fmt.Errorf("shmem: rank %d: %w", pe, errors.Join(errs...))
+	return ep.(transport.RMA), nil
 }
 
 func (h *Heap) atomicRemote(ctx context.Context, pe int, op buffer.AtomicOp, addr, operand, compare uint64) (uint64, error) {
-	var errs []error
-	for _, k := range h.kinds {
-		ep, err := h.mesh.Endpoint(ctx, pe, k)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		return ep.(transport.RMA).Atomic(ctx, op, transport.Remote{Addr: addr}, operand, compare)
+	r, err := h.rma(ctx, pe)
+	if err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("shmem: rank %d: %w", pe, errors.Join(errs...))
+	return r.Atomic(ctx, op, transport.Remote{Addr: addr}, operand, compare)
 }
 
-// put moves src to pe's block at off; async leaves a network transfer for Quiet.
-func (h *Heap) put(ctx context.Context, pe int, off uint64, src []byte, priv, async bool) error {
+// move copies b to (write) or from pe's block at off (heap or private block); async leaves a
+// network transfer for Quiet.
+func (h *Heap) move(ctx context.Context, write bool, pe int, off uint64, b []byte, priv, async bool) error {
 	size := h.size
 	if priv {
 		size = privSize
 	}
-	if err := h.check(pe, off, uint64(len(src)), size); err != nil {
+	if err := h.check(pe, off, uint64(len(b)), size); err != nil {
 		return err
 	}
-	if len(src) == 0 {
+	if len(b) == 0 {
 		return nil
 	}
 	if m := h.mapped(pe, priv); m != nil {
-		h.copier.Copy(m[off:], src)
+		if write {
+			h.copier.Copy(m[off:], b)
+		} else {
+			h.copier.Copy(b, m[off:off+uint64(len(b))])
+		}
 		return nil
 	}
-	op, err := h.rma(ctx, pe, true, src, h.addr(pe, off, priv))
+	r, err := h.rma(ctx, pe)
 	if err != nil {
 		return err
 	}
-	if async {
-		h.track(op)
-		return nil
+	var op *transport.Op
+	if write {
+		op, err = r.WriteAsync(ctx, b, transport.Remote{Addr: h.addr(pe, off, priv)})
+	} else {
+		op, err = r.ReadAsync(ctx, b, transport.Remote{Addr: h.addr(pe, off, priv)})
 	}
-	return op.Wait(ctx)
-}
-
-func (h *Heap) get(ctx context.Context, pe int, off uint64, dst []byte, async bool) error {
-	if err := h.check(pe, off, uint64(len(dst)), h.size); err != nil {
-		return err
-	}
-	if len(dst) == 0 {
-		return nil
-	}
-	if m := h.mapped(pe, false); m != nil {
-		h.copier.Copy(dst, m[off:off+uint64(len(dst))])
-		return nil
-	}
-	op, err := h.rma(ctx, pe, false, dst, h.addr(pe, off, false))
 	if err != nil {
 		return err
 	}
@@ -135,22 +113,22 @@ func (h *Heap) track(op *transport.Op) {
 
 // Put copies src into rank pe's block at off and returns when the bytes are visible there.
 func (h *Heap) Put(ctx context.Context, pe int, off uint64, src []byte) error {
-	return h.put(ctx, pe, off, src, false, false)
+	return h.move(ctx, true, pe, off, src, false, false)
 }
 
 // Get copies len(dst) bytes of rank pe's block at off into dst.
 func (h *Heap) Get(ctx context.Context, pe int, off uint64, dst []byte) error {
-	return h.get(ctx, pe, off, dst, false)
+	return h.move(ctx, false, pe, off, dst, false, false)
 }
 
 // PutNBI starts Put; src must stay unchanged until Quiet, which completes it.
 func (h *Heap) PutNBI(ctx context.Context, pe int, off uint64, src []byte) error {
-	return h.put(ctx, pe, off, src, false, true)
+	return h.move(ctx, true, pe, off, src, false, true)
 }
 
 // GetNBI starts Get; dst is valid after Quiet.
 func (h *Heap) GetNBI(ctx context.Context, pe int, off uint64, dst []byte) error {
-	return h.get(ctx, pe, off, dst, true)
+	return h.move(ctx, false, pe, off, dst, false, true)
 }
 
 // P puts one 64-bit value (little-endian) at off of rank pe's block.
@@ -200,7 +178,7 @@ func (h *Heap) Iput(ctx context.Context, pe int, off uint64, dstStride int, src 
 	}
 	for i := range n {
 		s := src[i*srcStride*elem : i*srcStride*elem+elem]
-		if err := h.put(ctx, pe, off+uint64(i*dstStride*elem), s, false, true); err != nil {
+		if err := h.move(ctx, true, pe, off+uint64(i*dstStride*elem), s, false, true); err != nil {
 			return err
 		}
 	}
@@ -218,7 +196,7 @@ func (h *Heap) Iget(ctx context.Context, pe int, off uint64, srcStride int, dst 
 	}
 	for i := range n {
 		d := dst[i*dstStride*elem : i*dstStride*elem+elem]
-		if err := h.get(ctx, pe, off+uint64(i*srcStride*elem), d, true); err != nil {
+		if err := h.move(ctx, false, pe, off+uint64(i*srcStride*elem), d, false, true); err != nil {
 			return err
 		}
 	}

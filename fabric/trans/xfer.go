@@ -214,35 +214,33 @@ func (e *Engine) dropIfGone(p *peer, err error) {
 // post posts every request on the first transport to p that connects (shared memory for a peer
 // on this host, then the others in Config.Kinds' order).
 func (e *Engine) post(ctx context.Context, p *peer, reqs []Request) ([]*transport.Op, transport.ConnType, transport.Endpoint, error) {
-	var errs []error
+	kinds := make([]transport.ConnType, 0, len(e.cfg.Kinds))
 	for _, k := range e.cfg.Kinds {
-		if k == transport.SHM && !e.mesh.SameHost(p.card) {
-			continue
+		if k != transport.SHM || e.mesh.SameHost(p.card) {
+			kinds = append(kinds, k)
 		}
-		ep, err := e.mesh.Endpoint(ctx, p.id, k)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		r := ep.(transport.RMA)
-		ops := make([]*transport.Op, 0, len(reqs))
-		for _, q := range reqs {
-			local := memory.HostSlice(memory.Ptr(q.Local), q.Size)
-			remote := transport.Remote{Addr: q.Remote}
-			var op *transport.Op
-			if q.Op == Write {
-				op, err = r.WriteAsync(ctx, local, remote)
-			} else {
-				op, err = r.ReadAsync(ctx, local, remote)
-			}
-			if err != nil {
-				op = transport.Failed(err)
-			}
-			ops = append(ops, op)
-		}
-		return ops, k, ep, nil
 	}
-	return nil, -1, nil, fmt.Errorf("trans: no transport reaches %s: %w", p.uid, errors.Join(errs...))
+	ep, k, err := e.mesh.First(ctx, p.id, kinds)
+	if err != nil {
+		return nil, -1, nil, fmt.Errorf("trans: no transport reaches %s: %w", p.uid, err)
+	}
+	r := ep.(transport.RMA)
+	ops := make([]*transport.Op, 0, len(reqs))
+	for _, q := range reqs {
+		local := memory.HostSlice(memory.Ptr(q.Local), q.Size)
+		remote := transport.Remote{Addr: q.Remote}
+		var op *transport.Op
+		if q.Op == Write {
+			op, err = r.WriteAsync(ctx, local, remote)
+		} else {
+			op, err = r.ReadAsync(ctx, local, remote)
+		}
+		if err != nil {
+			op = transport.Failed(err)
+		}
+		ops = append(ops, op)
+	}
+	return ops, k, ep, nil
 }
 
 // mergeRequests joins neighbours of the same direction whose local and remote ranges are both

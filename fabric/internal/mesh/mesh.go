@@ -279,14 +279,14 @@ func (m *Mesh) Drop(rank int, kind transport.ConnType, ep transport.Endpoint) {
 	}
 }
 
-// RMA returns the endpoint to rank over the first of kinds that connects, as transport.RMA,
-// with the kind used. Errors of the kinds tried are joined.
-func (m *Mesh) RMA(ctx context.Context, rank int, kinds []transport.ConnType) (transport.RMA, transport.ConnType, error) {
+// First returns the endpoint to rank over the first of kinds that connects (every endpoint the
+// mesh makes is a transport.RMA), with the kind used. Errors of the kinds tried are joined.
+func (m *Mesh) First(ctx context.Context, rank int, kinds []transport.ConnType) (transport.Endpoint, transport.ConnType, error) {
 	var errs []error
 	for _, k := range kinds {
 		ep, err := m.Endpoint(ctx, rank, k)
 		if err == nil {
-			return ep.(transport.RMA), k, nil
+			return ep, k, nil
 		}
 		errs = append(errs, err)
 		if errors.Is(err, ErrNoPeer) || status.FromContext(ctx) != nil {
