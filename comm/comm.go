@@ -445,7 +445,7 @@ func (c *Communicator) dialData(ctx context.Context, ip string, port int, ct tra
 	for _, k := range ks {
 		addr := net.JoinHostPort(ip, strconv.Itoa(port))
 		if k == transport.SHM {
-			if !isLocalIP(ip) {
+			if !IsLocalIP(ip) {
 				errs = append(errs, fmt.Errorf("shm: %s is not an address of this host: %w", ip, status.ErrUnsupported))
 				continue
 			}
@@ -489,8 +489,9 @@ func (c *Communicator) register(ep transport.Endpoint, key peerKey, peerID uint3
 	return ep, nil
 }
 
-// isLocalIP reports whether ip is a loopback address or one assigned to this host.
-func isLocalIP(ip string) bool {
+// IsLocalIP reports whether ip is a loopback address or one assigned to this host (the test
+// behind AUTO's choice of shared memory, and the fabric faces' store racing).
+func IsLocalIP(ip string) bool {
 	a := net.ParseIP(ip)
 	if a == nil {
 		return false

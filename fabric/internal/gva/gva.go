@@ -76,7 +76,7 @@ var ErrLayout = fmt.Errorf("%w: global address space", status.ErrInvalidConfig)
 // (every process that makes the same sequence of reservations gets the same bases, as
 // upstream's VA manager); a non-zero base (another process's choice) is taken as it is.
 func Reserve(base, stride uint64, ranks int) (*Space, error) {
-	if stride == 0 || ranks <= 0 || stride%Align != 0 && stride%(2<<20) != 0 {
+	if stride == 0 || ranks <= 0 || stride%(2<<20) != 0 {
 		return nil, fmt.Errorf("gva: %d ranks × %#x bytes: %w", ranks, stride, status.ErrInvalidConfig)
 	}
 	size := stride * uint64(ranks)

@@ -332,21 +332,8 @@ func LocalStoreURL(url string) bool {
 	if err != nil {
 		return false
 	}
-	ip := net.ParseIP(host)
-	if ip == nil {
-		return false
-	}
-	if ip.IsLoopback() || ip.IsUnspecified() {
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		return true
 	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return false
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
-			return true
-		}
-	}
-	return false
+	return comm.IsLocalIP(host)
 }
