@@ -36,13 +36,6 @@ import (
 	"github.com/hmc-go/hmc/transport"
 )
 
-// ptrHandle turns a table id into the opaque pointer C callers hold, and back.
-func ptrHandle(v any) unsafe.Pointer {
-	return unsafe.Pointer(unsafe.SliceData(memory.HostSlice(memory.Ptr(cabi.Add(v)), 1))) // an id, never dereferenced
-}
-
-func fromPtr[T any](p unsafe.Pointer) (T, error) { return cabi.Get[T](uint64(uintptr(p))) }
-
 // ---- smem_trans ----
 
 type transHandle struct {

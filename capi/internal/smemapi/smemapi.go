@@ -315,15 +315,17 @@ func smem_bm_get_rank_id() C.uint32_t {
 	return C.uint32_t(f.Rank())
 }
 
-// handle turns an object into the opaque pointer C callers hold (a table id, never an
-// address), and back.
-func handle(b *bm.BigMemory) C.smem_bm_t {
-	return C.smem_bm_t(unsafe.Pointer(unsafe.SliceData(memory.HostSlice(memory.Ptr(cabi.Add(b)), 1)))) // an id, never dereferenced
+// ptrHandle turns an object into the opaque pointer C callers hold (a table id, never an
+// address); fromPtr turns it back.
+func ptrHandle(v any) unsafe.Pointer {
+	return unsafe.Pointer(unsafe.SliceData(memory.HostSlice(memory.Ptr(cabi.Add(v)), 1))) // an id, never dereferenced
 }
 
-func object(h C.smem_bm_t) (*bm.BigMemory, error) {
-	return cabi.Get[*bm.BigMemory](uint64(uintptr(unsafe.Pointer(h))))
-}
+func fromPtr[T any](p unsafe.Pointer) (T, error) { return cabi.Get[T](uint64(uintptr(p))) }
+
+func handle(b *bm.BigMemory) C.smem_bm_t { return C.smem_bm_t(ptrHandle(b)) }
+
+func object(h C.smem_bm_t) (*bm.BigMemory, error) { return fromPtr[*bm.BigMemory](unsafe.Pointer(h)) }
 
 func create(id C.uint32_t, o bm.Options) C.smem_bm_t {
 	var out C.smem_bm_t

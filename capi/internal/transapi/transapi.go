@@ -35,6 +35,17 @@ type engine struct {
 
 func getEngine(h C.uint64_t) (*engine, error) { return cabi.Get[*engine](uint64(h)) }
 
+// onEngine runs f with the engine behind handle h, as an export's body.
+func onEngine(h C.uint64_t, f func(en *engine) error) C.int {
+	return call(func() error {
+		en, err := getEngine(h)
+		if err != nil {
+			return err
+		}
+		return f(en)
+	})
+}
+
 // kinds parses "shm,tcp" (auto or empty: the default).
 func kinds(p string) ([]transport.ConnType, error) {
 	p = strings.TrimSpace(strings.ToLower(p))
@@ -89,11 +100,7 @@ func hmc_trans_create(metadata, uniqueID *C.char, role C.int, protocols *C.char,
 
 //export hmc_trans_destroy
 func hmc_trans_destroy(h C.uint64_t) C.int {
-	return call(func() error {
-		en, err := getEngine(h)
-		if err != nil {
-			return err
-		}
+	return onEngine(h, func(en *engine) error {
 		cabi.Remove(uint64(h))
 		return en.e.Close()
 	})
@@ -104,11 +111,7 @@ func hmc_trans_destroy(h C.uint64_t) C.int {
 //
 //export hmc_trans_unique_id
 func hmc_trans_unique_id(h C.uint64_t, buf *C.char, capacity C.uint64_t) C.int {
-	return call(func() error {
-		en, err := getEngine(h)
-		if err != nil {
-			return err
-		}
+	return onEngine(h, func(en *engine) error {
 		id := en.e.UniqueID()
 		if buf == nil || uint64(capacity) < uint64(len(id))+1 {
 			return fmt.Errorf("hmc: unique id needs %d bytes: %w", len(id)+1, status.ErrInvalidConfig)
@@ -122,22 +125,14 @@ func hmc_trans_unique_id(h C.uint64_t, buf *C.char, capacity C.uint64_t) C.int {
 
 //export hmc_trans_register
 func hmc_trans_register(h C.uint64_t, addr, size C.uint64_t) C.int {
-	return call(func() error {
-		en, err := getEngine(h)
-		if err != nil {
-			return err
-		}
+	return onEngine(h, func(en *engine) error {
 		return en.e.Register(uint64(addr), uint64(size))
 	})
 }
 
 //export hmc_trans_batch_register
 func hmc_trans_batch_register(h C.uint64_t, addrs, sizes *C.uint64_t, n C.uint64_t) C.int {
-	return call(func() error {
-		en, err := getEngine(h)
-		if err != nil {
-			return err
-		}
+	return onEngine(h, func(en *engine) error {
 		a, s, err := pairs(addrs, sizes, n)
 		if err != nil {
 			return err
@@ -152,11 +147,7 @@ func hmc_trans_batch_register(h C.uint64_t, addrs, sizes *C.uint64_t, n C.uint64
 
 //export hmc_trans_deregister
 func hmc_trans_deregister(h C.uint64_t, addr C.uint64_t, timeoutMS C.int) C.int {
-	return call(func() error {
-		en, err := getEngine(h)
-		if err != nil {
-			return err
-		}
+	return onEngine(h, func(en *engine) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
 		return en.e.Deregister(ctx, uint64(addr))
@@ -165,11 +156,7 @@ func hmc_trans_deregister(h C.uint64_t, addr C.uint64_t, timeoutMS C.int) C.int 
 
 //export hmc_trans_malloc
 func hmc_trans_malloc(h C.uint64_t, size C.uint64_t, out *C.uint64_t) C.int {
-	return call(func() error {
-		en, err := getEngine(h)
-		if err != nil {
-			return err
-		}
+	return onEngine(h, func(en *engine) error {
 		if out == nil {
 			return fmt.Errorf("hmc: malloc without an output: %w", status.ErrInvalidConfig)
 		}
@@ -184,11 +171,7 @@ func hmc_trans_malloc(h C.uint64_t, size C.uint64_t, out *C.uint64_t) C.int {
 
 //export hmc_trans_free
 func hmc_trans_free(h C.uint64_t, addr C.uint64_t, timeoutMS C.int) C.int {
-	return call(func() error {
-		en, err := getEngine(h)
-		if err != nil {
-			return err
-		}
+	return onEngine(h, func(en *engine) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
 		return en.e.Free(ctx, uint64(addr))
@@ -231,11 +214,7 @@ func notify(msg *C.char) *trans.Notify {
 //
 //export hmc_trans_transfer
 func hmc_trans_transfer(h C.uint64_t, peer *C.char, op C.int, locals, remotes, sizes *C.uint64_t, n C.uint64_t, notifyMsg *C.char, timeoutMS C.int) C.int {
-	return call(func() error {
-		en, err := getEngine(h)
-		if err != nil {
-			return err
-		}
+	return onEngine(h, func(en *engine) error {
 		reqs, err := requests(op, locals, remotes, sizes, n)
 		if err != nil {
 			return err
@@ -250,11 +229,7 @@ func hmc_trans_transfer(h C.uint64_t, peer *C.char, op C.int, locals, remotes, s
 //
 //export hmc_trans_submit
 func hmc_trans_submit(h C.uint64_t, peer *C.char, op C.int, locals, remotes, sizes *C.uint64_t, n C.uint64_t, notifyMsg *C.char, out *C.uint64_t) C.int {
-	return call(func() error {
-		en, err := getEngine(h)
-		if err != nil {
-			return err
-		}
+	return onEngine(h, func(en *engine) error {
 		reqs, err := requests(op, locals, remotes, sizes, n)
 		if err != nil {
 			return err
@@ -293,11 +268,7 @@ func (en *engine) batch(id C.uint64_t) (*trans.Batch, error) {
 //
 //export hmc_trans_status
 func hmc_trans_status(h C.uint64_t, id C.uint64_t, st *C.int) C.int {
-	return call(func() error {
-		en, err := getEngine(h)
-		if err != nil {
-			return err
-		}
+	return onEngine(h, func(en *engine) error {
 		b, err := en.batch(id)
 		if err != nil {
 			return err
@@ -313,11 +284,7 @@ func hmc_trans_status(h C.uint64_t, id C.uint64_t, st *C.int) C.int {
 //
 //export hmc_trans_wait
 func hmc_trans_wait(h C.uint64_t, id C.uint64_t, timeoutMS C.int) C.int {
-	return call(func() error {
-		en, err := getEngine(h)
-		if err != nil {
-			return err
-		}
+	return onEngine(h, func(en *engine) error {
 		b, err := en.batch(id)
 		if err != nil {
 			return err
@@ -348,11 +315,7 @@ func (en *engine) forget(id C.uint64_t) {
 //
 //export hmc_trans_json
 func hmc_trans_json(h C.uint64_t, what C.int, peer *C.char, buf *C.char, capacity C.uint64_t, n *C.uint64_t, timeoutMS C.int) C.int {
-	return call(func() error {
-		en, err := getEngine(h)
-		if err != nil {
-			return err
-		}
+	return onEngine(h, func(en *engine) error {
 		var v any
 		switch what {
 		case 0:
@@ -364,9 +327,11 @@ func hmc_trans_json(h C.uint64_t, what C.int, peer *C.char, buf *C.char, capacit
 		case 1:
 			ctx, cancel := deadline(timeoutMS)
 			defer cancel()
-			if v, err = en.e.PeerBuffers(ctx, goString(peer)); err != nil {
+			bufs, err := en.e.PeerBuffers(ctx, goString(peer))
+			if err != nil {
 				return err
 			}
+			v = bufs
 		case 2:
 			v = en.e.Buffers()
 		default:
@@ -395,11 +360,7 @@ func hmc_trans_json(h C.uint64_t, what C.int, peer *C.char, buf *C.char, capacit
 //
 //export hmc_trans_notify
 func hmc_trans_notify(h C.uint64_t, peer, msg *C.char, timeoutMS C.int) C.int {
-	return call(func() error {
-		en, err := getEngine(h)
-		if err != nil {
-			return err
-		}
+	return onEngine(h, func(en *engine) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
 		return en.e.SendNotify(ctx, goString(peer), trans.Notify{Msg: goString(msg)})
