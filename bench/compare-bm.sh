@@ -6,29 +6,15 @@
 # per core beside every run, as when users share the cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-R=${1:-3}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"; [ -n "${busy:-}" ] && kill $busy 2>/dev/null || true' EXIT
-go build -o "$tmp/hmc" ./cmd/hmc
-if [ "${2:-}" = busy ]; then
-  busy=""
-  for _ in $(seq "$(nproc)"); do (while :; do :; done) & busy="$busy $!"; done
-fi
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-range() { sort -g | awk 'NR==1{lo=$1} {hi=$1} END {print lo "-" hi}'; }
-gbps() { python3 -c "
-import json,sys
-for l in sys.stdin:
-    r=json.loads(l)
-    if r['op']=='$1': print(r['gbps'])"; }
-echo "# $(date -u +%FT%TZ) $(nproc) cores, $(git rev-parse --short HEAD 2>/dev/null || echo nogit) ${2:-}"
+source bench/compare-lib.sh "$@"
 declare -A v
 for i in $(seq "$R"); do
   for t in tcp shm; do
-    v[put_$t]+="$("$tmp/hmc" bench --transport $t --sizes 4MiB --json | gbps put) "
+    v[put_$t]+="$("$tmp/hmc" bench --transport $t --sizes 4MiB --json | field put '' gbps) "
     out=$("$tmp/hmc" bm bench --world 2 --ops $t --sizes 4MiB --types h2rh,batch --json)
-    v[h2g_$t]+="$(echo "$out" | gbps h2rh) "
-    v[batch_$t]+="$(echo "$out" | gbps batch) "
-    v[contig_$t]+="$(echo "$out" | gbps contig) "
+    v[h2g_$t]+="$(echo "$out" | field h2rh '' gbps) "
+    v[batch_$t]+="$(echo "$out" | field batch '' gbps) "
+    v[contig_$t]+="$(echo "$out" | field contig '' gbps) "
   done
 done
 for t in tcp shm; do

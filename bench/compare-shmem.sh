@@ -6,21 +6,7 @@
 # Usage: bench/compare-shmem.sh [repeats] [busy]   (default 3; medians; "busy": a busy loop per core)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-R=${1:-3}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"; [ -n "${busy:-}" ] && kill $busy 2>/dev/null || true' EXIT
-go build -o "$tmp/hmc" ./cmd/hmc
-if [ "${2:-}" = busy ]; then
-  busy=""
-  for _ in $(seq "$(nproc)"); do (while :; do :; done) & busy="$busy $!"; done
-fi
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-range() { sort -g | awk 'NR==1{lo=$1} {hi=$1} END {print lo "-" hi}'; }
-field() { python3 -c "
-import json,sys
-for l in sys.stdin:
-    r=json.loads(l)
-    if r['op']=='$1' and ('$2'=='' or str(r['size'])=='$2'): print(r['$3'])"; }
-echo "# $(date -u +%FT%TZ) $(nproc) cores, $(git rev-parse --short HEAD 2>/dev/null || echo nogit) ${2:-}"
+source bench/compare-lib.sh "$@"
 declare -A v
 for i in $(seq "$R"); do
   v[put_tcp]+="$("$tmp/hmc" bench --transport tcp --sizes 4MiB --json | field put '' gbps) "

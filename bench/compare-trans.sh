@@ -6,22 +6,12 @@
 # per core beside every run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-R=${1:-3}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"; [ -n "${busy:-}" ] && kill $busy 2>/dev/null || true' EXIT
-go build -o "$tmp/hmc" ./cmd/hmc
-if [ "${2:-}" = busy ]; then
-  busy=""
-  for _ in $(seq "$(nproc)"); do (while :; do :; done) & busy="$busy $!"; done
-fi
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-range() { sort -g | awk 'NR==1{lo=$1} {hi=$1} END {print lo "-" hi}'; }
-gbps() { python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['gbps'])"; }
-echo "# $(date -u +%FT%TZ) $(nproc) cores, $(git rev-parse --short HEAD 2>/dev/null || echo nogit) ${2:-}"
+source bench/compare-lib.sh "$@"
 declare -A v
 for i in $(seq "$R"); do
   for t in tcp shm; do
-    v[put_$t]+="$("$tmp/hmc" bench --transport $t --sizes 4MiB --json | gbps) "
-    v[batch_$t]+="$("$tmp/hmc" trans bench --protocol $t --threads 2 --duration 2s --json | gbps) "
+    v[put_$t]+="$("$tmp/hmc" bench --transport $t --sizes 4MiB --json | field put '' gbps) "
+    v[batch_$t]+="$("$tmp/hmc" trans bench --protocol $t --threads 2 --duration 2s --json | field write '' gbps) "
   done
 done
 for t in tcp shm; do

@@ -63,22 +63,66 @@ func TestCLibraryTwoProcesses(t *testing.T) {
 	}
 }
 
-// TestMemCacheDlopenFourProcesses builds the library as libmf_smem.so (name and soname), and
-// runs MemCache's calls (capi/examples/memcache_bm.c, through dlopen and dlsym exactly as
-// MemCache does) as 4 processes that write into, read from and check each other's slices.
-func TestMemCacheDlopenFourProcesses(t *testing.T) {
+// smemLib builds the library as libmf_smem.so (name and soname) in a temporary directory and
+// returns the C compiler, the directory, the library and a context bounding the test.
+func smemLib(t *testing.T) (cc, dir, lib string, ctx context.Context) {
+	t.Helper()
 	cc, err := exec.LookPath("cc")
 	if err != nil {
 		t.Skipf("no C compiler (cc): %v", err)
 	}
-	dir := t.TempDir()
+	dir = t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	lib := filepath.Join(dir, "libmf_smem.so")
+	t.Cleanup(cancel)
+	lib = filepath.Join(dir, "libmf_smem.so")
 	build := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-ldflags=-extldflags=-Wl,-soname,libmf_smem.so", "-o", lib, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	return cc, dir, lib, ctx
+}
+
+// freeAddr returns a loopback address no one listens on now.
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// runRanks runs one command per rank (after the first, pausing first for it to serve the
+// store) and fails unless every one exits 0 having printed "OK ".
+func runRanks(t *testing.T, cmds []*exec.Cmd, first time.Duration) {
+	t.Helper()
+	type res struct {
+		out []byte
+		err error
+	}
+	results := make(chan res, len(cmds))
+	for i, cmd := range cmds {
+		go func() {
+			out, err := cmd.CombinedOutput()
+			results <- res{out, err}
+		}()
+		if i == 0 {
+			time.Sleep(first)
+		}
+	}
+	for range cmds {
+		r := <-results
+		if r.err != nil || !strings.Contains(string(r.out), "OK ") {
+			t.Errorf("rank: %v\n%s", r.err, r.out)
+		}
+	}
+}
+
+// TestMemCacheDlopenFourProcesses builds the library as libmf_smem.so (name and soname), and
+// runs MemCache's calls (capi/examples/memcache_bm.c, through dlopen and dlsym exactly as
+// MemCache does) as 4 processes that write into, read from and check each other's slices.
+func TestMemCacheDlopenFourProcesses(t *testing.T) {
+	cc, dir, lib, ctx := smemLib(t)
 	if out, err := exec.Command("readelf", "-d", lib).Output(); err == nil && !strings.Contains(string(out), "[libmf_smem.so]") {
 		t.Errorf("soname: %s", out)
 	}
@@ -87,81 +131,30 @@ func TestMemCacheDlopenFourProcesses(t *testing.T) {
 	if out, err := compile.CombinedOutput(); err != nil {
 		t.Fatalf("cc: %v\n%s", err, out)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "tcp://" + l.Addr().String()
-	l.Close()
+	url := "tcp://" + freeAddr(t)
 	const world = 4
-	type res struct {
-		out []byte
-		err error
-	}
-	results := make(chan res, world)
+	var cmds []*exec.Cmd
 	for r := range world {
 		cmd := exec.CommandContext(ctx, bin, url, strconv.Itoa(world), strconv.Itoa(r))
 		cmd.Env = append(os.Environ(), "MF_SMEM_LIB="+lib)
-		go func() {
-			out, err := cmd.CombinedOutput()
-			results <- res{out, err}
-		}()
-		if r == 0 {
-			time.Sleep(200 * time.Millisecond) // rank 0 serves the store; the others retry anyway
-		}
+		cmds = append(cmds, cmd)
 	}
-	for range world {
-		r := <-results
-		if r.err != nil || !strings.Contains(string(r.out), "OK ") {
-			t.Errorf("rank: %v\n%s", r.err, r.out)
-		}
-	}
+	runRanks(t, cmds, 200*time.Millisecond) // rank 0 serves the store; the others retry anyway
 }
 
 // TestSmemShmAndTransTwoProcesses links capi/examples/smem_faces.c against libmf_smem.so and
 // runs Share Memory's set-up and control plane and the transfer engine across two processes.
 func TestSmemShmAndTransTwoProcesses(t *testing.T) {
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skipf("no C compiler (cc): %v", err)
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	lib := filepath.Join(dir, "libmf_smem.so")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-ldflags=-extldflags=-Wl,-soname,libmf_smem.so", "-o", lib, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	cc, dir, _, ctx := smemLib(t)
 	bin := filepath.Join(dir, "smem_faces")
 	if out, err := exec.CommandContext(ctx, cc, "-O1", "-Wall", "-Wextra", "-Werror", "-o", bin, "examples/smem_faces.c", "-I", "include",
 		"-L", dir, "-l:libmf_smem.so", "-Wl,-rpath,"+dir).CombinedOutput(); err != nil {
 		t.Fatalf("cc: %v\n%s", err, out)
 	}
-	free := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return l.Addr().String()
-	}
-	url, id0, id1 := "tcp://"+free(), free(), free()
-	type res struct {
-		out []byte
-		err error
-	}
-	results := make(chan res, 2)
+	url, id0, id1 := "tcp://"+freeAddr(t), freeAddr(t), freeAddr(t)
+	var cmds []*exec.Cmd
 	for r := range 2 {
-		cmd := exec.CommandContext(ctx, bin, url, strconv.Itoa(r), id0, id1)
-		go func() {
-			out, err := cmd.CombinedOutput()
-			results <- res{out, err}
-		}()
+		cmds = append(cmds, exec.CommandContext(ctx, bin, url, strconv.Itoa(r), id0, id1))
 	}
-	for range 2 {
-		r := <-results
-		if r.err != nil || !strings.Contains(string(r.out), "OK ") {
-			t.Errorf("rank: %v\n%s", r.err, r.out)
-		}
-	}
+	runRanks(t, cmds, 0)
 }

@@ -722,14 +722,14 @@ func testPeerHandles(t *testing.T, ct transport.ConnType) {
 	}
 }
 
-// A Communicator uses the transports its registry holds: with TCP alone, AUTO takes TCP and
-// SHM says why it cannot.
-func TestRegistryInjectsTransports(t *testing.T) {
+// tcpOnly returns a Communicator over a 1 MiB buffer whose registry holds TCP alone.
+func tcpOnly(t *testing.T) *Communicator {
+	t.Helper()
 	buf, err := buffer.New(0, 1<<20, memory.CPU)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer buf.Close()
+	t.Cleanup(func() { buf.Close() })
 	tr, err := tcp.New(tcp.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -740,7 +740,14 @@ func TestRegistryInjectsTransports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// A Communicator uses the transports its registry holds: with TCP alone, AUTO takes TCP and
+// SHM says why it cannot.
+func TestRegistryInjectsTransports(t *testing.T) {
+	c := tcpOnly(t)
 	if err := c.InitServer("127.0.0.1", 0, -1, "", transport.AUTO); err != nil {
 		t.Fatal(err)
 	}
@@ -754,22 +761,7 @@ func TestRegistryInjectsTransports(t *testing.T) {
 
 // A registry without UCX makes UCX an error that says so, not a missing transport used later.
 func TestRegistryWithoutUCX(t *testing.T) {
-	buf, err := buffer.New(0, 1<<20, memory.CPU)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer buf.Close()
-	tr, err := tcp.New(tcp.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := NewRegistry()
-	reg.Add(tr)
-	c, err := New(buf, Config{Transports: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := tcpOnly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, ct := range []transport.ConnType{transport.UCX, transport.RDMA} {
