@@ -121,3 +121,8 @@ def u64s(vals):
 
 def sizes(vals):
     return (_size * len(vals))(*[int(v) for v in vals])
+
+
+def cfield(name):
+    """A read-write property over field name of the C struct an object keeps in self._c."""
+    return property(lambda self: getattr(self._c, name), lambda self, v: setattr(self._c, name, v))

@@ -46,19 +46,16 @@ class BmConfig:
         _L.smem_bm_config_init(ctypes.byref(c))
         self._c = c
 
-    def _prop(field):
-        return property(lambda self: getattr(self._c, field), lambda self, v: setattr(self._c, field, v))
-
-    init_timeout = _prop("initTimeout")
-    create_timeout = _prop("createTimeout")
-    operation_timeout = _prop("controlOperationTimeout")
-    start_store = _prop("startConfigStoreServer")
-    start_store_only = _prop("startConfigStoreOnly")
-    dynamic_world_size = _prop("dynamicWorldSize")
-    unified_address_space = _prop("unifiedAddressSpace")
-    auto_ranking = _prop("autoRanking")
-    rank_id = _prop("rankId")
-    flags = _prop("flags")
+    init_timeout = _smem.cfield("initTimeout")
+    create_timeout = _smem.cfield("createTimeout")
+    operation_timeout = _smem.cfield("controlOperationTimeout")
+    start_store = _smem.cfield("startConfigStoreServer")
+    start_store_only = _smem.cfield("startConfigStoreOnly")
+    dynamic_world_size = _smem.cfield("dynamicWorldSize")
+    unified_address_space = _smem.cfield("unifiedAddressSpace")
+    auto_ranking = _smem.cfield("autoRanking")
+    rank_id = _smem.cfield("rankId")
+    flags = _smem.cfield("flags")
 
     def set_nic(self, url):
         """The data-plane address, "tcp://ip:port" (upstream's hcomUrl)."""

@@ -21,14 +21,11 @@ class ShmConfig:
         _L.smem_shm_config_init(ctypes.byref(c))
         self._c = c
 
-    def _prop(field):
-        return property(lambda self: getattr(self._c, field), lambda self, v: setattr(self._c, field, v))
-
-    init_timeout = _prop("shmInitTimeout")
-    create_timeout = _prop("shmCreateTimeout")
-    operation_timeout = _prop("controlOperationTimeout")
-    start_store = _prop("startConfigStoreServer")
-    flags = _prop("flags")
+    init_timeout = _smem.cfield("shmInitTimeout")
+    create_timeout = _smem.cfield("shmCreateTimeout")
+    operation_timeout = _smem.cfield("controlOperationTimeout")
+    start_store = _smem.cfield("startConfigStoreServer")
+    flags = _smem.cfield("flags")
 
 
 def initialize(store_url, world_size, rank_id, device_id=0, config=None):
