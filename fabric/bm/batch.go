@@ -248,7 +248,7 @@ func (b *BigMemory) postOne(ctx context.Context, it item) (*transport.Op, error)
 	if err != nil {
 		return nil, err
 	}
-	ep, _, err := b.mesh.First(ctx, remote.rank, b.kinds(m))
+	ep, _, err := b.mesh.First(ctx, remote.rank, m.kinds)
 	if err != nil {
 		return nil, nil // no endpoint: copyOne reports why
 	}

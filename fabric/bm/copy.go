@@ -410,13 +410,13 @@ func (b *BigMemory) bounce(ctx context.Context, n uint64, fn func(tmp []byte, of
 	return nil
 }
 
-// kinds returns the transports to rank in priority order, as the data ops allowed between the
-// two ranks and their placement permit.
-func (b *BigMemory) kinds(m *member) []transport.ConnType {
-	ops := b.pairOps(m.d)
+// kindsFor returns the transports to a member with descriptor d in priority order, as the data
+// ops allowed between the two ranks (ops) and their placement permit. Computed once, when the
+// member is admitted (parsing its tag table on every copy cost the hot path).
+func (b *BigMemory) kindsFor(ops DataOp, d desc) []transport.ConnType {
 	var ks []transport.ConnType
 	for _, op := range priority {
-		if ops&op == 0 || (op == OpHostSHM && !b.mesh.SameHost(m.d.Card)) {
+		if ops&op == 0 || (op == OpHostSHM && !b.mesh.SameHost(d.Card)) {
 			continue
 		}
 		ks = append(ks, op.kind())
@@ -431,7 +431,7 @@ func (b *BigMemory) rma(ctx context.Context, rank int, write bool, buf []byte, a
 	if err != nil {
 		return err
 	}
-	ks := b.kinds(m)
+	ks := m.kinds
 	if len(ks) == 0 {
 		return fmt.Errorf("bm: no data op allowed between rank %d (tag %s, %v) and rank %d (tag %s, %v): %w",
 			b.rank, b.opts.Tag, b.opts.DataOps, rank, m.d.Tag, m.d.Ops, status.ErrUnsupported)

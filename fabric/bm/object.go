@@ -40,11 +40,12 @@ type desc struct {
 
 // member is a joined rank as this process sees it.
 type member struct {
-	rank int
-	d    desc
-	mu   sync.RWMutex // copies through mapped hold it shared; unmapping takes it
-	mapd []byte       // its DRAM slice mapped at its GVA (same host), or nil
-	gone bool         // guarded by mu
+	rank  int
+	d     desc
+	kinds []transport.ConnType // the transports to it, in priority order (fixed at admission)
+	mu    sync.RWMutex         // copies through mapped hold it shared; unmapping takes it
+	mapd  []byte               // its DRAM slice mapped at its GVA (same host), or nil
+	gone  bool                 // guarded by mu
 }
 
 // BigMemory is one Big Memory object (upstream's smem_bm_t): this rank's slices and its view
@@ -409,8 +410,9 @@ func (b *BigMemory) admit(r int) error {
 		return fmt.Errorf("bm: rank %d's slices exceed the strides: %w", r, status.ErrProtocol)
 	}
 	b.mesh.Add(d.Card)
-	m := &member{rank: r, d: d}
-	if d.DRAM > 0 && b.dram != nil && b.mesh.SameHost(d.Card) && b.pairOps(d)&OpHostSHM != 0 {
+	ops := b.pairOps(d)
+	m := &member{rank: r, d: d, kinds: b.kindsFor(ops, d)}
+	if d.DRAM > 0 && b.dram != nil && b.mesh.SameHost(d.Card) && ops&OpHostSHM != 0 {
 		if err := b.mapMember(ctx, m); err != nil {
 			b.log.Info("bm: co-located slice not mapped; copies go through the transports", "rank", r, "err", err)
 		}
