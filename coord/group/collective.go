@@ -20,13 +20,16 @@ type collective struct {
 	prefix  string
 	members []int
 
+	rv store.Rendezvous // the store's, if it has one: rounds meet on own keys
+
 	mu    sync.Mutex // serialises rounds of this collective (callers must not interleave)
 	round int64
 	kinds map[int64]string // round → "b" or "g", for cleanup of round n-2
 }
 
 func (g *Group) newCollective(prefix string, members []int) *collective {
-	return &collective{g: g, prefix: prefix, members: slices.Clone(members), kinds: map[int64]string{}}
+	rv, _ := store.AsRendezvous(g.st)
+	return &collective{g: g, prefix: prefix, members: slices.Clone(members), rv: rv, kinds: map[int64]string{}}
 }
 
 func (g *Group) current() *collective {
@@ -131,6 +134,11 @@ func (c *collective) clean(ctx context.Context, n int64) {
 		return
 	}
 	base := c.prefix + strconv.FormatInt(old, 10) + "/"
+	if c.rv != nil {
+		_ = c.rv.RemoveMeeting(ctx, base+"M/")
+		_ = c.g.st.Remove(ctx, c.prefix+"W/"+strconv.FormatInt(old, 10))
+		return
+	}
 	names := []string{"BA", "BW"}
 	if kind == "g" {
 		names = []string{"GA", "GC", "GW"}
@@ -147,11 +155,19 @@ const progressEvery = 10 * time.Second
 // there after all. Every progressEvery it logs what missing() says (who has not arrived), and
 // a deadline's error says it too.
 func (c *collective) waitKey(ctx context.Context, op, key string, missing func() string) ([]byte, error) {
+	return c.waitFor(ctx, op, key, func(ctx context.Context, wait time.Duration) ([]byte, error) {
+		return c.g.st.Get(ctx, key, wait)
+	}, missing)
+}
+
+// waitFor is waitKey with the read given: get(ctx, wait) returns the key's value, waiting for
+// its creation up to wait (0: not at all).
+func (c *collective) waitFor(ctx context.Context, op, key string, get func(context.Context, time.Duration) ([]byte, error), missing func() string) ([]byte, error) {
 	start := time.Now()
 	var v []byte
 	var err error
 	for {
-		v, err = c.g.st.Get(ctx, key, progressEvery)
+		v, err = get(ctx, progressEvery)
 		if err == nil {
 			return v, nil
 		}
@@ -166,7 +182,7 @@ func (c *collective) waitKey(ctx context.Context, op, key string, missing func()
 		// the round may have completed just as the member died: look once more
 		lctx, cancel := context.WithTimeout(c.g.ctx, 2*time.Second)
 		defer cancel()
-		if v, err2 := c.g.st.Get(lctx, key, 0); err2 == nil {
+		if v, err2 := get(lctx, 0); err2 == nil {
 			return v, nil
 		}
 		var md *MemberDownError
@@ -187,7 +203,44 @@ func (c *collective) barrier(ctx context.Context) error {
 		return err
 	}
 	defer done()
+	if c.rv != nil {
+		_, err := c.meet(ctx, wctx, "barrier", n, key, nil)
+		return err
+	}
 	return c.arrive(ctx, wctx, "barrier", n, key+"BA", key+"BW", nil)
+}
+
+// meet is round n through the store's Rendezvous: every member writes its record under its own
+// key (key+"M/"+index), the member completing the round writes prefix+"W/"+n with all
+// records, and everyone waits for that (one store watch of prefix+"W/" serves every round).
+// The first member of the view cleans round n-2.
+func (c *collective) meet(ctx, wctx context.Context, op string, n int64, key string, rec []byte) ([]byte, error) {
+	idx, _ := slices.BinarySearch(c.members, c.g.rank)
+	dir, name := c.prefix+"W/", strconv.FormatInt(n, 10)
+	if err := c.rv.Arrive(ctx, key+"M/", idx, len(c.members), rec, dir+name); err != nil {
+		return nil, fmt.Errorf("group: %s: %w", op, err)
+	}
+	if idx == 0 {
+		c.clean(ctx, n)
+	} else {
+		delete(c.kinds, n-2)
+	}
+	get := func(ctx context.Context, wait time.Duration) ([]byte, error) { return c.rv.Await(ctx, dir, name, wait) }
+	return c.waitFor(wctx, op, dir+name, get, func() string {
+		lctx, cancel := context.WithTimeout(c.g.ctx, time.Second)
+		defer cancel()
+		ids, err := c.rv.Arrived(lctx, key+"M/")
+		if err != nil {
+			return fmt.Sprintf("for some of %d members", len(c.members))
+		}
+		var miss []int
+		for i, r := range c.members {
+			if _, ok := slices.BinarySearch(ids, i); !ok {
+				miss = append(miss, r)
+			}
+		}
+		return fmt.Sprintf("for ranks %v of %d members", miss, len(c.members))
+	})
 }
 
 // arrive counts this member in at round n's counter, cleans round n-2 if it is the first, sets
@@ -262,6 +315,13 @@ func (c *collective) allGather(ctx context.Context, data []byte) ([][]byte, erro
 	binary.LittleEndian.PutUint32(rec, uint32(c.g.rank))
 	binary.LittleEndian.PutUint32(rec[4:], uint32(len(data)))
 	copy(rec[8:], data)
+	if c.rv != nil {
+		all, err := c.meet(ctx, wctx, "allgather", n, key, rec)
+		if err != nil {
+			return nil, err
+		}
+		return c.parse(all)
+	}
 	if _, err := c.g.st.Append(ctx, key+"GA", rec); err != nil {
 		return nil, fmt.Errorf("group: allgather: %w", err)
 	}

@@ -45,6 +45,8 @@ type etcdClient struct {
 	confirmed []string // tokens of committed writes, to delete; guarded by mu
 
 	watch  *rankWatchers
+	dirs   dirWatches      // Rendezvous.Await's long-lived watches
+	bg     context.Context // ends at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed atomic.Bool
@@ -104,7 +106,7 @@ func (e *etcdClient) start(ctx context.Context) error {
 	}
 	e.lease = lease.ID
 	bg, stop := context.WithCancel(context.Background())
-	e.cancel = stop
+	e.bg, e.cancel = bg, stop
 	ka, err := e.cli.KeepAlive(bg, e.lease)
 	if err != nil {
 		stop()
@@ -331,20 +333,21 @@ func (e *etcdClient) Get(ctx context.Context, key string, wait time.Duration) ([
 		defer cancel()
 	}
 	for {
-		var resp *clientv3.GetResponse
-		err := e.retry(ctx, func(actx context.Context) (err error) {
-			resp, err = e.cli.Get(actx, e.k(key))
-			return err
-		})
-		if err != nil {
-			return nil, e.wrap("Get", key, err)
-		}
-		if len(resp.Kvs) > 0 {
-			return append([]byte{}, resp.Kvs[0].Value...), nil
-		}
 		if wait == 0 {
+			var resp *clientv3.GetResponse
+			err := e.retry(ctx, func(actx context.Context) (err error) {
+				resp, err = e.cli.Get(actx, e.k(key))
+				return err
+			})
+			if err != nil {
+				return nil, e.wrap("Get", key, err)
+			}
+			if len(resp.Kvs) > 0 {
+				return append([]byte{}, resp.Kvs[0].Value...), nil
+			}
 			return nil, fmt.Errorf("%w: Get %q", ErrNotExist, key)
 		}
+		// waiting: the read after the watch is in place finds a key that exists already
 		if v, ok, err := e.waitCreated(ctx, key); ok || err != nil {
 			return v, err
 		}
@@ -600,6 +603,7 @@ func (e *etcdClient) Close() error {
 	_, _ = e.cli.Revoke(ctx, e.lease)                                     // best effort: else the lease expires
 	_, _ = e.cli.Delete(ctx, e.ns+"tok/"+e.id+"/", clientv3.WithPrefix()) // best effort: stray tokens are harmless
 	e.cancel()
+	e.dirs.stopAll()
 	err := e.cli.Close()
 	e.wg.Wait()
 	e.watch.close()
@@ -610,3 +614,85 @@ func (e *etcdClient) Close() error {
 }
 
 var _ Client = (*etcdClient)(nil)
+
+// Arrive implements Rendezvous: the participant's key is written in a transaction that also
+// counts the meeting's keys, so the write with the highest revision sees all n, and its writer
+// (perhaps others too) stores done. No key is written by two participants, so nothing is
+// retried for contention (Add's counter costs every contender a retried transaction).
+func (e *etcdClient) Arrive(ctx context.Context, prefix string, id, n int, value []byte, done string) error {
+	if err := checkKey(prefix); err != nil {
+		return err
+	}
+	if err := checkMeeting(prefix, id, n, value, done); err != nil {
+		return err
+	}
+	p := e.k(prefix)
+	var count int64
+	err := e.retry(ctx, func(actx context.Context) error { // a put is idempotent: retry freely
+		r, err := e.cli.Txn(actx).Then(
+			clientv3.OpPut(e.k(participantKey(prefix, id)), string(value)),
+			clientv3.OpGet(p, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		).Commit()
+		if err != nil {
+			return err
+		}
+		count = r.Responses[1].GetResponseRange().Count
+		return nil
+	})
+	if err != nil || count < int64(n) {
+		return e.wrap("Arrive", prefix, err)
+	}
+	var resp *clientv3.GetResponse
+	err = e.retry(ctx, func(actx context.Context) (err error) {
+		resp, err = e.cli.Get(actx, p, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+		return err
+	})
+	if err != nil {
+		return e.wrap("Arrive", prefix, err)
+	}
+	var all []byte
+	for i, kv := range resp.Kvs {
+		if string(kv.Key) != e.k(participantKey(prefix, i)) || i >= n {
+			return fmt.Errorf("%w: meeting %q of %d: unexpected key %q (another meeting under the prefix?)", ErrFailed, prefix, n, kv.Key)
+		}
+		all = append(all, kv.Value...)
+	}
+	if err := checkValue(all); err != nil {
+		return err
+	}
+	return e.Set(ctx, done, all)
+}
+
+// Arrived implements Rendezvous.
+func (e *etcdClient) Arrived(ctx context.Context, prefix string) ([]int, error) {
+	if err := checkKey(prefix); err != nil {
+		return nil, err
+	}
+	p := e.k(prefix)
+	var resp *clientv3.GetResponse
+	err := e.retry(ctx, func(actx context.Context) (err error) {
+		resp, err = e.cli.Get(actx, p, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+		return err
+	})
+	if err != nil {
+		return nil, e.wrap("Arrived", prefix, err)
+	}
+	ids := make([]int, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if id, err := strconv.Atoi(strings.TrimPrefix(string(kv.Key), p)); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// RemoveMeeting implements Rendezvous.
+func (e *etcdClient) RemoveMeeting(ctx context.Context, prefix string) error {
+	if err := checkKey(prefix); err != nil {
+		return err
+	}
+	return e.wrap("RemoveMeeting", prefix, e.retry(ctx, func(actx context.Context) error {
+		_, err := e.cli.Delete(actx, e.k(prefix), clientv3.WithPrefix())
+		return err
+	}))
+}
