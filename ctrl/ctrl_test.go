@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,7 +18,10 @@ import (
 	"github.com/hmc-go/hmc/status"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	runChild() // a re-executed side of BenchmarkRoundTripProcesses
+	goleak.VerifyTestMain(m)
+}
 
 func TestHeaderPinned(t *testing.T) {
 	if HeaderSize != 8 || TypeInt != 1 || TypeStruct != 2 || FlagHello != 0x8000 {
@@ -486,5 +490,117 @@ func BenchmarkRoundTrip(b *testing.B) {
 			cli.Close()
 			<-done
 		})
+	}
+}
+
+// rawPeer connects to srv's TCP listener as rank 3 and says HELLO, so a test can write
+// frames byte by byte.
+func rawPeer(t *testing.T, srv *Manager) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", srv.TCPAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := c.Write(AppendHello(nil, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.WaitPeer(ctxT(t), 3); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// A Recv that reads the socket itself and whose context ends in the middle of a frame loses
+// no byte: the next Recv returns the frame whole. Small frames (one buffer) and large ones
+// (read in parts) alike, and while the connection's own reader is idle or active.
+func TestRecvTimeoutMidFrameLosesNothing(t *testing.T) {
+	for _, size := range []int{5, 100 << 10} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			srv := newManager(t, 0)
+			if err := srv.Listen("127.0.0.1", 0, ""); err != nil {
+				t.Fatal(err)
+			}
+			c := rawPeer(t, srv)
+			payload := make([]byte, size)
+			for i := range payload {
+				payload[i] = byte(i * 7)
+			}
+			frame := append(MakeHeader(TypeStruct, 0, uint32(size)).bytes(), payload...)
+			cuts := []int{3, HeaderSize + size/3, HeaderSize + size - 1, len(frame)}
+			prev := 0
+			for i, cut := range cuts {
+				if _, err := c.Write(frame[prev:cut]); err != nil {
+					t.Fatal(err)
+				}
+				prev = cut
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+				msg, err := srv.Recv(ctx, 3)
+				cancel()
+				if i < len(cuts)-1 {
+					if status.CodeOf(err) != status.Timeout {
+						t.Fatalf("cut %d: Recv of a partial frame = %v", cut, err)
+					}
+					continue
+				}
+				if err != nil || msg.Type != TypeStruct || !bytes.Equal(msg.Payload, payload) {
+					t.Fatalf("whole frame: %v (type %#x, %d bytes)", err, msg.Type, len(msg.Payload))
+				}
+			}
+			// and the stream is still in step
+			if _, err := c.Write(MakeHeader(TypeInt, 0, 8).bytes(9, 0, 0, 0, 0, 0, 0, 0)); err != nil {
+				t.Fatal(err)
+			}
+			if v, err := srv.RecvU64(ctxT(t), 3); err != nil || v != 9 {
+				t.Fatalf("next frame: %d %v", v, err)
+			}
+		})
+	}
+}
+
+// Receivers of different inboxes wait at once: whichever reads the socket hands the others
+// their messages, in order, and none waits for a message that already arrived.
+func TestConcurrentReceiversOfDifferentTypes(t *testing.T) {
+	srv, cli := pair(t, UDS)
+	ctx := ctxT(t)
+	const n = 2000
+	internal := FirstInternalType + 3
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for i := range n {
+			v, err := srv.RecvU64(ctx, 1)
+			if err != nil || v != uint64(i) {
+				errs <- fmt.Errorf("user %d: %d %v", i, v, err)
+				return
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for i := range n {
+			msg, err := srv.RecvType(ctx, 1, internal)
+			if err != nil || len(msg.Payload) != 8 || binary.LittleEndian.Uint64(msg.Payload) != uint64(i) {
+				errs <- fmt.Errorf("internal %d: %v %v", i, msg.Payload, err)
+				return
+			}
+		}
+	}()
+	for i := range n {
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], uint64(i))
+		if err := cli.Send(ctx, 0, internal, 0, b[:]); err != nil {
+			t.Fatal(err)
+		}
+		if err := cli.SendU64(ctx, 0, uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }

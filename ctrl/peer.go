@@ -1,15 +1,16 @@
 package ctrl
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hmc-go/hmc/status"
@@ -34,14 +35,47 @@ func newPeer(id uint32, depth int) *peer {
 		internal: make(map[MsgType]chan Message)}
 }
 
-// pconn is one control connection. Frames are written whole under wmu; one goroutine reads.
+// pconn is one control connection. Frames are written whole under wmu. Reading is a token
+// (rtok): a Recv waiting for a message takes it and reads the socket itself, so the frame it
+// waits for goes from the socket to its caller with no hand-off between goroutines (and, on a
+// machine with two cores, between threads); frames of other types it meets go to their
+// inboxes. While nobody waits, the connection's own reader holds the token, so that messages
+// keep arriving and a dead peer is noticed; a waiter that arrives takes the token from it by
+// interrupting its read (a read deadline in the past).
 type pconn struct {
 	c       net.Conn
 	wmu     sync.Mutex
 	scratch [HeaderSize + smallFrame]byte // guarded by wmu
 	done    chan struct{}
 	once    sync.Once
+
+	rtok       chan struct{} // cap 1: holding its value is the right to read c
+	waiters    atomic.Int32  // Recv calls driving c; the reader stands aside while > 0
+	lastWaiter atomic.Int64  // nanotime when the last of them left
+	readerIn   atomic.Bool   // the connection's reader holds rtok: interrupt it to get it
+	rkick      atomic.Bool   // a read deadline in the past may be set: clear it before reading
+	br         *bufio.Reader // guarded by rtok
+	part       *Message      // a large frame read in part (by a reader that was interrupted); guarded by rtok
+	got        int           // bytes of part's payload read; guarded by rtok
+	held       *Message      // a frame whose inbox was full; guarded by rtok
 }
+
+// kickRead interrupts whoever reads pc now (or next) with a read deadline in the past.
+func (pc *pconn) kickRead() {
+	pc.rkick.Store(true)
+	_ = pc.c.SetReadDeadline(longAgo)
+}
+
+func newPconn(c net.Conn) *pconn {
+	pc := &pconn{c: c, done: make(chan struct{}), rtok: make(chan struct{}, 1), br: bufio.NewReaderSize(c, readBuf)}
+	pc.rtok <- struct{}{}
+	pc.lastWaiter.Store(nanotime() - int64(linger)) // the reader starts at once
+	return pc
+}
+
+// readBuf is the size of a connection's read buffer: frames that fit are read with one
+// system call for header and payload (and as many frames as have arrived).
+const readBuf = 16 << 10
 
 // smallFrame is the largest payload copied next to its header into one write; larger ones go
 // out as one writev of header and payload.
@@ -129,7 +163,7 @@ func (m *Manager) attach(id uint32, c net.Conn) error {
 	if err != nil {
 		return err
 	}
-	pc := &pconn{c: c, done: make(chan struct{})}
+	pc := newPconn(c)
 	m.mu.Lock()
 	if m.closed { // re-checked under mu so that Close's wg.Wait covers the reader started here
 		m.mu.Unlock()
@@ -158,29 +192,137 @@ func (m *Manager) readLoop(p *peer, pc *pconn) {
 	p.connEnded(pc, why)
 }
 
+// read is the connection's reader. It reads (delivering every frame to its inbox) only while
+// no Recv has been driving the connection for linger: a Recv loop (send, then wait for the
+// answer) then never has to take the token from it, which would wake it twice per message.
 func (m *Manager) read(p *peer, pc *pconn) error {
-	var h Header
+	t := time.NewTimer(linger)
+	defer t.Stop()
+	interrupted := false
 	for {
-		if _, err := io.ReadFull(pc.c, h[:]); err != nil {
-			return fmt.Errorf("ctrl: rank %d: %w: %w", p.id, status.ErrPeerClosed, err)
-		}
-		if err := h.Check(m.cfg.MaxFrame); err != nil {
-			return err
-		}
-		msg := Message{Type: h.Type(), Flags: h.Flags(), Payload: make([]byte, h.Length())}
-		if _, err := io.ReadFull(pc.c, msg.Payload); err != nil {
-			return fmt.Errorf("ctrl: rank %d: truncated frame: %w: %w", p.id, status.ErrPeerClosed, err)
-		}
-		q, err := p.queue(msg.Type)
-		if err != nil {
-			return err
+		if pc.waiters.Load() > 0 || time.Duration(nanotime()-pc.lastWaiter.Load()) < linger {
+			t.Reset(linger)
+			select {
+			case <-t.C:
+			case <-pc.done:
+				return fmt.Errorf("ctrl: rank %d: %w", p.id, status.ErrClosed)
+			}
+			continue
 		}
 		select {
-		case q <- msg:
+		case <-pc.rtok:
 		case <-pc.done:
 			return fmt.Errorf("ctrl: rank %d: %w", p.id, status.ErrClosed)
 		}
+		// Clear a waiter's deadline before saying we read: a waiter that sees readerIn then
+		// interrupts us after this, never before.
+		if pc.rkick.Swap(false) || interrupted {
+			_ = pc.c.SetReadDeadline(time.Time{})
+		}
+		pc.readerIn.Store(true)
+		var err error
+		if pc.waiters.Load() == 0 {
+			_, err = m.pump(p, pc, nil, pc.done)
+		}
+		pc.readerIn.Store(false)
+		pc.rtok <- struct{}{}
+		interrupted = errors.Is(err, os.ErrDeadlineExceeded)
+		if err != nil && !interrupted {
+			return err
+		}
 	}
+}
+
+// linger is how long the connection's reader stays aside after the last Recv left. Its
+// timer must be slow: a runtime timer due within a few milliseconds makes every idle
+// netpoll sleep a timed one, which measured 9 -> 40-50 µs per two-process round trip here.
+const linger = 50 * time.Millisecond
+
+var clockBase = time.Now()
+
+// nanotime is a monotonic clock reading in nanoseconds.
+func nanotime() int64 { return int64(time.Since(clockBase)) }
+
+// pump reads frames while the caller holds the read token, delivering each to its inbox,
+// until one for inbox want arrives (returned, not queued; want nil: never) or reading fails.
+// A full inbox blocks the delivery until stop closes; the frame is then held for the next
+// reader (os.ErrDeadlineExceeded). A read deadline ends it with os.ErrDeadlineExceeded and no
+// byte lost.
+func (m *Manager) pump(p *peer, pc *pconn, want chan Message, stop <-chan struct{}) (Message, error) {
+	for {
+		if pc.held != nil {
+			q, err := p.queue(pc.held.Type)
+			if err != nil {
+				return Message{}, err
+			}
+			select {
+			case q <- *pc.held:
+				pc.held = nil
+			case <-stop:
+				return Message{}, os.ErrDeadlineExceeded
+			}
+		}
+		msg, err := m.frame(p, pc)
+		if err != nil {
+			return Message{}, err
+		}
+		if want != nil {
+			if q, err := p.queue(msg.Type); err == nil && q == want {
+				return msg, nil
+			}
+		}
+		pc.held = &msg
+	}
+}
+
+// frame reads the next frame. A read interrupted by a deadline consumes nothing of a frame
+// that fits the buffer, and keeps the part read of a larger one for the next call.
+func (m *Manager) frame(p *peer, pc *pconn) (Message, error) {
+	if pc.part == nil {
+		b, err := pc.br.Peek(HeaderSize)
+		if err != nil {
+			return Message{}, m.readErr(p, err, false)
+		}
+		h := Header(b)
+		if err := h.Check(m.cfg.MaxFrame); err != nil {
+			return Message{}, err
+		}
+		n := int(h.Length())
+		msg := Message{Type: h.Type(), Flags: h.Flags(), Payload: make([]byte, n)}
+		if HeaderSize+n <= pc.br.Size() {
+			b, err := pc.br.Peek(HeaderSize + n)
+			if err != nil {
+				return Message{}, m.readErr(p, err, true)
+			}
+			copy(msg.Payload, b[HeaderSize:])
+			_, _ = pc.br.Discard(HeaderSize + n)
+			return msg, nil
+		}
+		_, _ = pc.br.Discard(HeaderSize)
+		pc.part, pc.got = &msg, 0
+	}
+	for pc.got < len(pc.part.Payload) {
+		k, err := pc.br.Read(pc.part.Payload[pc.got:])
+		pc.got += k
+		if err != nil {
+			return Message{}, m.readErr(p, err, true)
+		}
+	}
+	msg := *pc.part
+	pc.part = nil
+	return msg, nil
+}
+
+// readErr wraps a read error; a deadline passes through unwrapped (the reader was asked to
+// step aside, or the waiter's context ended).
+func (m *Manager) readErr(p *peer, err error, inFrame bool) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return os.ErrDeadlineExceeded
+	}
+	if inFrame {
+		return fmt.Errorf("ctrl: rank %d: truncated frame: %w: %w", p.id, status.ErrPeerClosed, err)
+	}
+	return fmt.Errorf("ctrl: rank %d: %w: %w", p.id, status.ErrPeerClosed, err)
 }
 
 // waitConn returns rank id's live connection, waiting (bounded by ctx) for one to appear if the
@@ -302,8 +444,8 @@ var longAgo = time.Unix(1, 0)
 func (pc *pconn) writeFrame(ctx context.Context, h Header, payload []byte) error {
 	pc.wmu.Lock()
 	defer pc.wmu.Unlock()
-	dl, _ := ctx.Deadline()
-	_ = pc.c.SetWriteDeadline(dl) // zero time when ctx has none
+	// ctx's end interrupts a blocked write; no write deadline per frame (a runtime timer per
+	// frame wakes the netpoller, see linger).
 	if ctx.Done() != nil {
 		fired := make(chan struct{})
 		stop := context.AfterFunc(ctx, func() {
@@ -312,7 +454,8 @@ func (pc *pconn) writeFrame(ctx context.Context, h Header, payload []byte) error
 		})
 		defer func() {
 			if !stop() {
-				<-fired // let it finish before the next frame resets the deadline
+				<-fired // let it finish, then clear it for the next frame
+				_ = pc.c.SetWriteDeadline(time.Time{})
 			}
 		}()
 	}
@@ -374,9 +517,15 @@ func (m *Manager) recv(ctx context.Context, id uint32, t MsgType) (Message, erro
 		default:
 		}
 		p.mu.Lock()
-		live, ended, changed := p.conn != nil, p.ended, p.changed
+		pc, ended, changed := p.conn, p.ended, p.changed
 		p.mu.Unlock()
-		if !live && ended != nil {
+		if pc != nil {
+			if msg, ok, err := m.drive(ctx, p, pc, q, changed); ok || err != nil {
+				return msg, err
+			}
+			continue
+		}
+		if ended != nil {
 			// Check the queue once more: the reader may have queued a message just before it ended.
 			select {
 			case msg := <-q:
@@ -393,6 +542,70 @@ func (m *Manager) recv(ctx context.Context, id uint32, t MsgType) (Message, erro
 			return Message{}, fmt.Errorf("ctrl: recv from rank %d: %w", id, status.FromContext(ctx))
 		case <-m.done:
 			return Message{}, fmt.Errorf("ctrl: recv: %w", status.ErrClosed)
+		}
+	}
+}
+
+// drive waits for a message of inbox q by reading pc itself: it takes the read token (from
+// the connection's reader, by interrupting its read, or from another waiter when that one
+// leaves; meanwhile that one delivers q's messages to q) and reads frames until one for q
+// arrives. ok false: the connection changed, look
+// again.
+func (m *Manager) drive(ctx context.Context, p *peer, pc *pconn, q chan Message, changed <-chan struct{}) (msg Message, ok bool, err error) {
+	pc.waiters.Add(1)
+	defer func() {
+		pc.lastWaiter.Store(nanotime())
+		pc.waiters.Add(-1)
+	}()
+	if pc.readerIn.Load() {
+		pc.kickRead() // the reader steps aside (a waiter it hits reads on)
+	}
+	select {
+	case <-pc.rtok:
+	case msg := <-q:
+		return msg, true, nil
+	case <-changed:
+		return Message{}, false, nil
+	case <-ctx.Done():
+		return Message{}, true, fmt.Errorf("ctrl: recv from rank %d: %w", p.id, status.FromContext(ctx))
+	case <-m.done:
+		return Message{}, true, fmt.Errorf("ctrl: recv: %w", status.ErrClosed)
+	}
+	defer func() { pc.rtok <- struct{}{} }()
+	select { // queued by the previous holder of the token
+	case msg := <-q:
+		return msg, true, nil
+	default:
+	}
+	// No read deadline from ctx: arming a runtime timer per call wakes the netpoller, which
+	// costs more than the round trip; ctx's end interrupts the read instead.
+	if pc.rkick.Swap(false) {
+		_ = pc.c.SetReadDeadline(time.Time{})
+	}
+	for {
+		stop := func() bool { return true }
+		if ctx.Done() != nil {
+			stop = context.AfterFunc(ctx, pc.kickRead)
+		}
+		msg, err := m.pump(p, pc, q, ctx.Done())
+		stop()
+		switch {
+		case err == nil:
+			return msg, true, nil
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			if ctx.Err() != nil {
+				return Message{}, true, fmt.Errorf("ctrl: recv from rank %d: %w", p.id, status.FromContext(ctx))
+			}
+			// a stale interruption meant for the reader, or for an earlier holder: read on
+			_ = pc.c.SetReadDeadline(time.Time{})
+		default:
+			p.connEnded(pc, err)
+			select {
+			case msg := <-q:
+				return msg, true, nil
+			default:
+			}
+			return Message{}, true, fmt.Errorf("ctrl: recv from rank %d: %w", p.id, err)
 		}
 	}
 }

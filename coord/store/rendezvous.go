@@ -20,7 +20,9 @@ type Rendezvous interface {
 	// than one participant may write done, always with the same value.
 	Arrive(ctx context.Context, prefix string, id, n int, value []byte, done string) error
 	// Await is Get with a wait for the key dir+name, served from one watch of dir that the
-	// client keeps for later calls (a meeting's done keys share a dir).
+	// client keeps for later calls (a meeting's done keys share a dir). Unlike Get it is not
+	// a linearizable read: a key removed a moment ago may still be returned. Meant for keys
+	// written once, such as done keys.
 	Await(ctx context.Context, dir, name string, wait time.Duration) ([]byte, error)
 	// Arrived returns the ids that have arrived at the meeting under prefix, ascending.
 	Arrived(ctx context.Context, prefix string) ([]int, error)
