@@ -605,6 +605,12 @@ func (m *Manager) drive(ctx context.Context, p *peer, pc *pconn, q chan Message,
 				return msg, true, nil
 			default:
 			}
+			p.mu.Lock()
+			replaced := p.conn != nil && p.conn != pc
+			p.mu.Unlock()
+			if replaced { // a new connection of the rank closed this one: wait on that one
+				return Message{}, false, nil
+			}
 			return Message{}, true, fmt.Errorf("ctrl: recv from rank %d: %w", p.id, err)
 		}
 	}
