@@ -614,3 +614,35 @@ func TestConcurrentReceiversOfDifferentTypes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// With a tiny inbox the connection's reader fills it and holds the next frame; receivers get
+// every message in order, whichever of them reads the socket.
+func TestFullInboxKeepsOrder(t *testing.T) {
+	srv, err := New(Config{InboxDepth: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	if err := srv.Listen("127.0.0.1", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	cli := newManager(t, 1)
+	ctx := ctxT(t)
+	if err := cli.DialTCP(ctx, 0, 1, srv.TCPAddr().String()); err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	for i := range n {
+		if err := cli.SendU64(ctx, 0, uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+		if i == 5 {
+			time.Sleep(100 * time.Millisecond) // the reader fills the inbox and holds one
+		}
+	}
+	for i := range n {
+		if v, err := srv.RecvU64(ctx, 1); err != nil || v != uint64(i) {
+			t.Fatalf("message %d: %d %v", i, v, err)
+		}
+	}
+}

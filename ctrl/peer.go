@@ -255,6 +255,11 @@ func (m *Manager) pump(p *peer, pc *pconn, want chan Message, stop <-chan struct
 			if err != nil {
 				return Message{}, err
 			}
+			if q == want { // older than anything unread: the caller's, in order
+				msg := *pc.held
+				pc.held = nil
+				return msg, nil
+			}
 			select {
 			case q <- *pc.held:
 				pc.held = nil
