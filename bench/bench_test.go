@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -194,5 +195,30 @@ func TestLatencyOutput(t *testing.T) {
 	}
 	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
 		t.Fatalf("plot: %v", err)
+	}
+}
+
+// A run says when it is too short to be steady: too little timed, too few steps, or early
+// steps much slower than later ones; a long flat run is steady.
+func TestUnsteady(t *testing.T) {
+	flat := make([]time.Duration, 1000)
+	for i := range flat {
+		flat[i] = time.Millisecond
+	}
+	if why := unsteady(flat, time.Second); why != "" {
+		t.Fatalf("flat 1 s run: %q", why)
+	}
+	if why := unsteady(flat[:100], 100*time.Millisecond); !strings.Contains(why, "under") {
+		t.Fatalf("100 ms run: %q", why)
+	}
+	if why := unsteady(flat[:10], time.Second); !strings.Contains(why, "10 steps") {
+		t.Fatalf("10 steps: %q", why)
+	}
+	ramp := slices.Clone(flat)
+	for i := range 100 {
+		ramp[i] = 3 * time.Millisecond
+	}
+	if why := unsteady(ramp, 1200*time.Millisecond); !strings.Contains(why, "ramp-up") {
+		t.Fatalf("ramp-up: %q", why)
 	}
 }

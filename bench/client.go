@@ -81,6 +81,34 @@ type Result struct {
 	Lanes     int     `json:"lanes"`
 	Window    int     `json:"window"`
 	Verified  bool    `json:"verified"`
+	// Unsteady says why the run is too short to be steady (empty when it is not): a timed
+	// total under MinSteady, or early steps much slower than later ones (ramp-up).
+	Unsteady string `json:"unsteady,omitempty"`
+}
+
+// MinSteady is the shortest timed run Result.Unsteady accepts as steady.
+const MinSteady = 500 * time.Millisecond
+
+// unsteady says why lat (the timed steps, in order) is not a steady run, or "".
+func unsteady(lat []time.Duration, total time.Duration) string {
+	if total < MinSteady {
+		return fmt.Sprintf("timed %v in all, under %v: use --duration 3s", total.Round(time.Millisecond), MinSteady)
+	}
+	if len(lat) < 20 {
+		return fmt.Sprintf("%d steps: use --duration 3s", len(lat))
+	}
+	mean := func(d []time.Duration) float64 {
+		var t time.Duration
+		for _, x := range d {
+			t += x
+		}
+		return float64(t) / float64(len(d))
+	}
+	first, second := mean(lat[:len(lat)/10]), mean(lat[len(lat)/2:])
+	if second > 0 && first > 1.25*second {
+		return fmt.Sprintf("the first tenth of the steps took %.0f%% longer than the second half (ramp-up): use --duration 3s or more --warmup", 100*(first/second-1))
+	}
+	return ""
 }
 
 // Validate checks the configuration before anything starts: the op and mode, counts that
@@ -558,6 +586,7 @@ func summarize(cfg Config, size uint64, lat []time.Duration) Result {
 	if total > 0 {
 		res.GBps = float64(size) * float64(len(lat)) / total.Seconds() / 1e9
 	}
+	res.Unsteady = unsteady(lat, total)
 	return res
 }
 

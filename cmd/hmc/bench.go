@@ -316,6 +316,9 @@ func runClient(ctx context.Context, out io.Writer, cfg bench.Config, f *benchFla
 			bar = nil
 		}
 		results = append(results, r)
+		if r.Unsteady != "" {
+			fmt.Fprintf(os.Stderr, "hmc bench: %s %s: not steady: %s\n", r.Op, bench.FormatSize(r.Size), r.Unsteady)
+		}
 		if f.jsonOut {
 			_ = bench.WriteJSON(out, r)
 		} else {
