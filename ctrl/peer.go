@@ -271,12 +271,7 @@ func (m *Manager) pump(p *peer, pc *pconn, want chan Message, stop <-chan struct
 		if err != nil {
 			return Message{}, err
 		}
-		if want != nil {
-			if q, err := p.queue(msg.Type); err == nil && q == want {
-				return msg, nil
-			}
-		}
-		pc.held = &msg
+		pc.held = &msg // delivered, or returned if it is want's, at the top
 	}
 }
 
@@ -554,8 +549,7 @@ func (m *Manager) recv(ctx context.Context, id uint32, t MsgType) (Message, erro
 // drive waits for a message of inbox q by reading pc itself: it takes the read token (from
 // the connection's reader, by interrupting its read, or from another waiter when that one
 // leaves; meanwhile that one delivers q's messages to q) and reads frames until one for q
-// arrives. ok false: the connection changed, look
-// again.
+// arrives. ok false: the connection changed, look again.
 func (m *Manager) drive(ctx context.Context, p *peer, pc *pconn, q chan Message, changed <-chan struct{}) (msg Message, ok bool, err error) {
 	pc.waiters.Add(1)
 	defer func() {
