@@ -113,18 +113,12 @@ func (e *etcdClient) start(ctx context.Context) error {
 		return fmt.Errorf("%w: etcd keep-alive: %w", ErrIO, err)
 	}
 	// Rank-down events: deletions of rank keys (revoked or expired leases), from now on.
-	var rev int64
-	if err := e.retry(dctx, func(actx context.Context) error {
-		r, err := e.cli.Get(actx, e.ns+"world")
-		if err == nil {
-			rev = r.Header.Revision
-		}
-		return err
-	}); err != nil {
+	now, err := e.read(dctx, e.ns+"world")
+	if err != nil {
 		stop()
 		return fmt.Errorf("%w: etcd: %w", ErrIO, err)
 	}
-	wch := e.cli.Watch(clientv3.WithRequireLeader(bg), e.ns+"rank/", clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(rev+1))
+	wch := e.cli.Watch(clientv3.WithRequireLeader(bg), e.ns+"rank/", clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(now.Header.Revision+1))
 	e.wg.Add(2)
 	go func() { // owned by e: Close cancels bg and waits
 		defer e.wg.Done()
@@ -303,6 +297,16 @@ func transient(err error) bool {
 
 func (e *etcdClient) k(key string) string { return e.ns + "kv/" + key }
 
+// read is a linearizable Get of the etcd key k (a full key, e.k(...) for user keys), retried
+// through transient failures.
+func (e *etcdClient) read(ctx context.Context, k string, opts ...clientv3.OpOption) (resp *clientv3.GetResponse, err error) {
+	err = e.retry(ctx, func(actx context.Context) (err error) {
+		resp, err = e.cli.Get(actx, k, opts...)
+		return err
+	})
+	return resp, err
+}
+
 func (e *etcdClient) Set(ctx context.Context, key string, value []byte) error {
 	if err := checkKey(key); err != nil {
 		return err
@@ -327,27 +331,22 @@ func (e *etcdClient) Get(ctx context.Context, key string, wait time.Duration) ([
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
+	if wait == 0 {
+		resp, err := e.read(ctx, e.k(key))
+		if err != nil {
+			return nil, e.wrap("Get", key, err)
+		}
+		if len(resp.Kvs) > 0 {
+			return append([]byte{}, resp.Kvs[0].Value...), nil
+		}
+		return nil, fmt.Errorf("%w: Get %q", ErrNotExist, key)
+	}
 	if wait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, wait)
 		defer cancel()
 	}
-	for {
-		if wait == 0 {
-			var resp *clientv3.GetResponse
-			err := e.retry(ctx, func(actx context.Context) (err error) {
-				resp, err = e.cli.Get(actx, e.k(key))
-				return err
-			})
-			if err != nil {
-				return nil, e.wrap("Get", key, err)
-			}
-			if len(resp.Kvs) > 0 {
-				return append([]byte{}, resp.Kvs[0].Value...), nil
-			}
-			return nil, fmt.Errorf("%w: Get %q", ErrNotExist, key)
-		}
-		// waiting: the read after the watch is in place finds a key that exists already
+	for { // the read after the watch is in place finds a key that exists already
 		if v, ok, err := e.waitCreated(ctx, key); ok || err != nil {
 			return v, err
 		}
@@ -372,11 +371,7 @@ func (e *etcdClient) waitCreated(ctx context.Context, key string) ([]byte, bool,
 		}
 		if first && wr.Created {
 			first = false
-			var resp *clientv3.GetResponse
-			err := e.retry(ctx, func(actx context.Context) (err error) {
-				resp, err = e.cli.Get(actx, e.k(key))
-				return err
-			})
+			resp, err := e.read(ctx, e.k(key))
 			if err != nil {
 				return nil, false, e.wrap("Get", key, err)
 			}
@@ -620,9 +615,6 @@ var _ Client = (*etcdClient)(nil)
 // (perhaps others too) stores done. No key is written by two participants, so nothing is
 // retried for contention (Add's counter costs every contender a retried transaction).
 func (e *etcdClient) Arrive(ctx context.Context, prefix string, id, n int, value []byte, done string) error {
-	if err := checkKey(prefix); err != nil {
-		return err
-	}
 	if err := checkMeeting(prefix, id, n, value, done); err != nil {
 		return err
 	}
@@ -642,11 +634,7 @@ func (e *etcdClient) Arrive(ctx context.Context, prefix string, id, n int, value
 	if err != nil || count < int64(n) {
 		return e.wrap("Arrive", prefix, err)
 	}
-	var resp *clientv3.GetResponse
-	err = e.retry(ctx, func(actx context.Context) (err error) {
-		resp, err = e.cli.Get(actx, p, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-		return err
-	})
+	resp, err := e.read(ctx, p, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
 		return e.wrap("Arrive", prefix, err)
 	}
@@ -669,11 +657,7 @@ func (e *etcdClient) Arrived(ctx context.Context, prefix string) ([]int, error) 
 		return nil, err
 	}
 	p := e.k(prefix)
-	var resp *clientv3.GetResponse
-	err := e.retry(ctx, func(actx context.Context) (err error) {
-		resp, err = e.cli.Get(actx, p, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-		return err
-	})
+	resp, err := e.read(ctx, p, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
 		return nil, e.wrap("Arrived", prefix, err)
 	}

@@ -161,11 +161,7 @@ func (e *etcdClient) mirror(ctx context.Context, w *dirWatch) {
 				break
 			}
 			if wr.Created && next == 0 {
-				var resp *clientv3.GetResponse
-				err := e.retry(ctx, func(actx context.Context) (err error) {
-					resp, err = e.cli.Get(actx, p, clientv3.WithPrefix())
-					return err
-				})
+				resp, err := e.read(ctx, p, clientv3.WithPrefix())
 				if err != nil {
 					break
 				}

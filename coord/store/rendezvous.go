@@ -78,6 +78,9 @@ func checkMeeting(prefix string, id, n int, value []byte, done string) error {
 	if n < 1 || n > MaxParticipants || id < 0 || id >= n {
 		return fmt.Errorf("%w: participant %d of %d (1..%d participants)", ErrInvalidKey, id, n, MaxParticipants)
 	}
+	if err := checkKey(prefix); err != nil {
+		return err
+	}
 	if err := checkKey(participantKey(prefix, id)); err != nil {
 		return err
 	}
