@@ -135,8 +135,9 @@ func (c *collective) clean(ctx context.Context, n int64) {
 	}
 	base := c.prefix + strconv.FormatInt(old, 10) + "/"
 	if c.rv != nil {
-		_ = c.rv.RemoveMeeting(ctx, base+"M/")
-		_ = c.g.st.Remove(ctx, c.prefix+"W/"+strconv.FormatInt(old, 10))
+		meeting, dir, name := c.meetKeys(old)
+		_ = c.rv.RemoveMeeting(ctx, meeting)
+		_ = c.g.st.Remove(ctx, dir+name)
 		return
 	}
 	names := []string{"BA", "BW"}
@@ -204,20 +205,21 @@ func (c *collective) barrier(ctx context.Context) error {
 	}
 	defer done()
 	if c.rv != nil {
-		_, err := c.meet(ctx, wctx, "barrier", n, key, nil)
+		_, err := c.meet(ctx, wctx, "barrier", n, nil)
 		return err
 	}
 	return c.arrive(ctx, wctx, "barrier", n, key+"BA", key+"BW", nil)
 }
 
 // meet is round n through the store's Rendezvous: every member writes its record under its own
-// key (key+"M/"+index), the member completing the round writes prefix+"W/"+n with all
-// records, and everyone waits for that (one store watch of prefix+"W/" serves every round).
+// key in the round's meeting, the member completing the round writes the done key with all
+// records, and everyone waits for that (one store watch of the done keys' dir serves every
+// round; meetKeys names them).
 // The first member of the view cleans round n-2.
-func (c *collective) meet(ctx, wctx context.Context, op string, n int64, key string, rec []byte) ([]byte, error) {
+func (c *collective) meet(ctx, wctx context.Context, op string, n int64, rec []byte) ([]byte, error) {
 	idx, _ := slices.BinarySearch(c.members, c.g.rank)
-	dir, name := c.prefix+"W/", strconv.FormatInt(n, 10)
-	if err := c.rv.Arrive(ctx, key+"M/", idx, len(c.members), rec, dir+name); err != nil {
+	meeting, dir, name := c.meetKeys(n)
+	if err := c.rv.Arrive(ctx, meeting, idx, len(c.members), rec, dir+name); err != nil {
 		return nil, fmt.Errorf("group: %s: %w", op, err)
 	}
 	if idx == 0 {
@@ -229,18 +231,30 @@ func (c *collective) meet(ctx, wctx context.Context, op string, n int64, key str
 	return c.waitFor(wctx, op, dir+name, get, func() string {
 		lctx, cancel := context.WithTimeout(c.g.ctx, time.Second)
 		defer cancel()
-		ids, err := c.rv.Arrived(lctx, key+"M/")
+		ids, err := c.rv.Arrived(lctx, meeting)
 		if err != nil {
 			return fmt.Sprintf("for some of %d members", len(c.members))
 		}
-		var miss []int
-		for i, r := range c.members {
-			if _, ok := slices.BinarySearch(ids, i); !ok {
-				miss = append(miss, r)
-			}
-		}
-		return fmt.Sprintf("for ranks %v of %d members", miss, len(c.members))
+		return c.missing(func(i, _ int) bool { _, ok := slices.BinarySearch(ids, i); return ok })
 	})
+}
+
+// meetKeys names round n's keys when rounds meet through the store's Rendezvous: the meeting
+// (its members' own keys) and the done key dir+name (dir shared by every round).
+func (c *collective) meetKeys(n int64) (meeting, dir, name string) {
+	round := strconv.FormatInt(n, 10)
+	return c.prefix + round + "/M/", c.prefix + "W/", round
+}
+
+// missing names the members for which here(index, rank) is false.
+func (c *collective) missing(here func(i, rank int) bool) string {
+	var miss []int
+	for i, r := range c.members {
+		if !here(i, r) {
+			miss = append(miss, r)
+		}
+	}
+	return fmt.Sprintf("for ranks %v of %d members", miss, len(c.members))
 }
 
 // arrive counts this member in at round n's counter, cleans round n-2 if it is the first, sets
@@ -293,13 +307,7 @@ func (c *collective) absent(key string) string {
 		}
 		all = all[8+l:]
 	}
-	var miss []int
-	for _, r := range c.members {
-		if !here[r] {
-			miss = append(miss, r)
-		}
-	}
-	return fmt.Sprintf("for ranks %v of %d members", miss, len(c.members))
+	return c.missing(func(_, r int) bool { return here[r] })
 }
 
 func (c *collective) allGather(ctx context.Context, data []byte) ([][]byte, error) {
@@ -316,7 +324,7 @@ func (c *collective) allGather(ctx context.Context, data []byte) ([][]byte, erro
 	binary.LittleEndian.PutUint32(rec[4:], uint32(len(data)))
 	copy(rec[8:], data)
 	if c.rv != nil {
-		all, err := c.meet(ctx, wctx, "allgather", n, key, rec)
+		all, err := c.meet(ctx, wctx, "allgather", n, rec)
 		if err != nil {
 			return nil, err
 		}
