@@ -25,8 +25,7 @@ if pkg-config --exists ucx 2>/dev/null && command -v ucx_perftest >/dev/null; th
   cc -O2 -o "$tmp/upf" bench/peers/ucx_put_flush.c $(pkg-config --cflags --libs ucx)
   ucx=true
 fi
-cc -O2 -o "$tmp/ctrl_pp" bench/peers/ctrl_pingpong.c
-go test -c -o "$tmp/ctrl.test" ./ctrl
+source bench/ctrl-lib.sh
 j() { python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['$1'])"; }
 port() { echo $((20000 + RANDOM % 20000)); }
 iperf() {
@@ -42,16 +41,6 @@ perftest() { # tls test size iters warmup window column
   UCX_TLS=$1 timeout 120 ucx_perftest 127.0.0.1 -p "$p" -t "$2" -s "$3" -n "$4" -w "$5" -O "$6" -f 2>/dev/null |
     awk -v c="$7" '/^ *[0-9]/ {l=$0} END {split(l,a," "); print a[c]}'
   wait $s || true
-}
-cpeer() { # uds|tcp
-  local w="$tmp/c.sock"; [ "$1" = tcp ] && w=$(port)
-  "$tmp/ctrl_pp" server "$1" "$w" >/dev/null & local s=$!; sleep 0.2
-  "$tmp/ctrl_pp" client "$1" "$w" 5000 | awk '{print $2}'
-  wait $s || true
-}
-hctrl() {
-  "$tmp/ctrl.test" -test.run '^$' -test.bench "RoundTripProcesses/$1" -test.benchtime 5000x |
-    awk '/p50-us/ {for (i=1;i<=NF;i++) if ($(i+1)=="p50-us") print $i}'
 }
 declare -A v
 add() { v[$1]+="$2 "; }

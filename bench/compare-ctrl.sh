@@ -7,25 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/compare-lib.sh
-cc -O2 -o "$tmp/ctrl_pp" bench/peers/ctrl_pingpong.c
-go test -c -o "$tmp/ctrl.test" ./ctrl
-N=5000
-cpeer() { # uds|tcp
-  local w="$tmp/c.sock"; [ "$1" = tcp ] && w=$((24000 + RANDOM % 1000))
-  "$tmp/ctrl_pp" server "$1" "$w" >/dev/null & local s=$!
-  sleep 0.2
-  "$tmp/ctrl_pp" client "$1" "$w" $N | awk '{print $2}'
-  wait $s || true
-}
-hmcctrl() { # uds|tcp
-  "$tmp/ctrl.test" -test.run '^$' -test.bench "RoundTripProcesses/$1" -test.benchtime ${N}x |
-    awk '/p50-us/ {for (i=1;i<=NF;i++) if ($(i+1)=="p50-us") print $i}'
-}
+source bench/ctrl-lib.sh
 declare -A v
 for _ in $(seq "$R"); do
   for k in uds tcp; do
     v[c$k]+="$(cpeer $k) "
-    v[h$k]+="$(hmcctrl $k) "
+    v[h$k]+="$(hctrl $k) "
   done
 done
 echo "| transport | C peer p50 µs (range) | hmc p50 µs (range) | hmc / C | hmc / upstream HMC C++ (UDS 23 µs, TCP+NODELAY 37 µs, research) |"

@@ -1,4 +1,4 @@
-# Sourced by bench/compare-{bm,trans,shmem}.sh from the repository's root, with the script's
+# Sourced by bench/compare-{bm,trans,shmem,ctrl}.sh from the repository's root, with the script's
 # arguments: R (repeats, $1, default 3), $tmp/hmc built from this checkout, one busy loop per
 # core when $2 is "busy" (killed on exit), the header line, and helpers: median and range of
 # numbers on stdin, and field OP SIZE KEY, which prints KEY of every `--json` result line on
