@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/hmc-go/hmc/auth"
+
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/comm"
 	"github.com/hmc-go/hmc/ctrl"
@@ -19,6 +21,11 @@ type Option func(*comm.Config)
 
 // WithLogger sends connection events to l.
 func WithLogger(l *slog.Logger) Option { return func(c *comm.Config) { c.Logger = l } }
+
+// WithAuth authenticates every link of the session, data and control (comm.Config.Auth): a
+// shared secret both ends prove at connect, and mutual TLS on links that leave the host. Every
+// peer needs the same; a peer without is refused with ErrPermission.
+func WithAuth(a auth.Config) Option { return func(c *comm.Config) { c.Auth = a } }
 
 // WithConfig replaces the Communicator's whole Config (NumChannels is still taken from
 // NewSession's argument when cfg leaves it 0).

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hmc-go/hmc/auth"
+
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/comm"
 	"github.com/hmc-go/hmc/ctrl"
@@ -57,6 +59,8 @@ type Config struct {
 	// straight into the target's. The server must be started with the same setting.
 	UCXAlloc bool
 	Verify   bool // checksum every transfer at the target (untimed)
+	// Auth authenticates every link with the server (comm.Config.Auth); zero: none.
+	Auth auth.Config
 	// Observer, if set, is told of every blocking operation (comm.Config.Observer): the CLI's
 	// --metrics counts them for Prometheus.
 	Observer comm.Observer
@@ -234,7 +238,7 @@ func Run(ctx context.Context, cfg Config, onResult func(Result)) error {
 	defer buf.Close()
 	arr := newArrivals()
 	c, err := comm.New(buf, comm.Config{NumChannels: cfg.Lanes, TCP: tcp.Config{ChunkSize: cfg.Chunk, BusyPoll: cfg.BusyPoll},
-		OnRemoteWrite: arr.notify, Observer: cfg.Observer,
+		OnRemoteWrite: arr.notify, Observer: cfg.Observer, Auth: cfg.Auth,
 		Stream: comm.StreamConfig{SlotSize: min(4<<20, max(maxSize/4, 64<<10), buf.Size()/2)}})
 	if err != nil {
 		return err

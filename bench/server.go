@@ -7,6 +7,8 @@ import (
 	"hash/crc32"
 	"time"
 
+	"github.com/hmc-go/hmc/auth"
+
 	"github.com/hmc-go/hmc/comm"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
@@ -43,6 +45,7 @@ type ServerConfig struct {
 	Transport  transport.ConnType
 	BusyPoll   time.Duration // spin on reads before parking (tcp.Config.BusyPoll)
 	UCXAlloc   bool          // with Transport UCX, UCX allocates the buffer (see Config.UCXAlloc)
+	Auth       auth.Config   // authenticate every link (comm.Config.Auth); zero: none
 }
 
 // Serve runs a benchmark server until the client says exit, the client goes away, or ctx ends.
@@ -54,7 +57,7 @@ func Serve(ctx context.Context, cfg ServerConfig, ready func(dataAddr string, ct
 	}
 	defer buf.Close()
 	arr := newArrivals()
-	c, err := comm.New(buf, comm.Config{TCP: tcp.Config{BusyPoll: cfg.BusyPoll}, OnRemoteWrite: arr.notify})
+	c, err := comm.New(buf, comm.Config{TCP: tcp.Config{BusyPoll: cfg.BusyPoll}, OnRemoteWrite: arr.notify, Auth: cfg.Auth})
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hmc-go/hmc/auth"
+
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/ctrl"
 	"github.com/hmc-go/hmc/status"
@@ -57,8 +59,22 @@ type Config struct {
 	// Observer, if set, is told of every blocking operation on a Peer when it ends (the
 	// metrics package counts them for Prometheus); nil observes nothing.
 	Observer Observer
+	// Auth authenticates every link this Communicator opens or accepts, on every transport
+	// and the control plane, whose own Auth (TCP.Auth, SHM.Auth, UCX.Auth, Ctrl.Auth) is
+	// zero: a shared secret both ends prove at connect, and mutual TLS on links that leave
+	// the host. The zero value authenticates nothing (the default).
+	Auth auth.Config
 	// Logger receives connection events; nil means silent.
 	Logger *slog.Logger
+}
+
+// inheritAuth gives c.Auth to every part whose own is zero.
+func (c *Config) inheritAuth() {
+	for _, a := range []*auth.Config{&c.TCP.Auth, &c.SHM.Auth, &c.UCX.Auth, &c.Ctrl.Auth} {
+		if !a.Enabled() {
+			*a = c.Auth
+		}
+	}
 }
 
 // Observer is told of the operations a Communicator's peers complete: what (op: "put", "get",
@@ -138,7 +154,7 @@ func (c Config) Validate() error {
 	if c.NumChannels < 0 {
 		return fmt.Errorf("comm: %d channels: %w", c.NumChannels, status.ErrInvalidConfig)
 	}
-	for _, err := range []error{c.TCP.Validate(), c.SHM.Validate(), c.UCX.Validate(), c.Ctrl.Validate()} {
+	for _, err := range []error{c.Auth.Validate(), c.TCP.Validate(), c.SHM.Validate(), c.UCX.Validate(), c.Ctrl.Validate()} {
 		if err != nil {
 			return fmt.Errorf("comm: %w", err)
 		}
@@ -152,6 +168,7 @@ func New(buf *buffer.ConnBuffer, cfg Config) (*Communicator, error) {
 	if buf == nil {
 		return nil, fmt.Errorf("comm: nil buffer: %w", status.ErrInvalidConfig)
 	}
+	cfg.inheritAuth()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -53,6 +53,7 @@ func (r *Registry) Get(ct transport.ConnType) (transport.Transport, error) {
 // shared memory always; UCX, and RDMA through it, in -tags ucx builds (RDMA also needs a
 // device; the reason is recorded when not).
 func DefaultRegistry(cfg Config) (*Registry, error) {
+	cfg.inheritAuth()
 	r := NewRegistry()
 	t, err := tcp.New(cfg.TCP)
 	if err != nil {

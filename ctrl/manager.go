@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hmc-go/hmc/auth"
+
 	"github.com/hmc-go/hmc/internal/peercred"
 	"github.com/hmc-go/hmc/status"
 )
@@ -81,6 +83,10 @@ type Config struct {
 	// Unix socket (or serve the one this Manager dials). The kernel's record of the peer
 	// (SO_PEERCRED) is checked before the HELLO is read or sent. Nil: this process's user only.
 	AllowUIDs []uint32
+	// Auth authenticates every connection at connect, both ways, before the HELLO: a shared
+	// secret on TCP and Unix sockets, mutual TLS on TCP (the frames then travel encrypted).
+	// The zero value authenticates nothing.
+	Auth auth.Config
 	// Logger receives connection events; nil means silent.
 	Logger *slog.Logger
 }
@@ -111,6 +117,9 @@ func (c *Config) setDefaults() {
 func (c Config) Validate() error {
 	if c.InboxDepth < 0 || c.HelloTimeout < 0 {
 		return fmt.Errorf("ctrl: negative InboxDepth or HelloTimeout: %w", status.ErrInvalidConfig)
+	}
+	if err := c.Auth.Validate(); err != nil {
+		return fmt.Errorf("ctrl: %w", err)
 	}
 	return nil
 }
@@ -266,17 +275,27 @@ func (m *Manager) acceptLoop(l net.Listener) {
 func (m *Manager) handshake(c net.Conn) {
 	defer m.wg.Done()
 	defer func() { <-m.hellos }()
+	a := m.cfg.Auth
 	if uc, ok := c.(*net.UnixConn); ok {
 		if _, err := (peercred.Policy{UIDs: m.cfg.AllowUIDs}).Check(uc); err != nil {
 			m.cfg.Logger.Warn("ctrl: refused a connection", "path", uc.LocalAddr(), "err", err)
 			_ = c.Close() // refused peer: told nothing
 			return
 		}
+		a = a.Local()
 	}
-	_ = c.SetReadDeadline(time.Now().Add(m.cfg.HelloTimeout))
+	dl := time.Now().Add(m.cfg.HelloTimeout)
+	raw := c
+	c, err := auth.Server(c, a, "ctrl", dl)
+	if err != nil {
+		m.cfg.Logger.Warn("ctrl: refused a connection", "remote", raw.RemoteAddr(), "err", err)
+		_ = raw.Close() // refused peer: told why by auth, nothing else
+		return
+	}
+	_ = c.SetReadDeadline(dl)
 	var h Header
 	var p [helloLen]byte
-	_, err := io.ReadFull(c, h[:])
+	_, err = io.ReadFull(c, h[:])
 	if err == nil && h.Length() == helloLen {
 		_, err = io.ReadFull(c, p[:])
 	}
@@ -285,6 +304,9 @@ func (m *Manager) handshake(c net.Conn) {
 		rank, err = ParseHello(h, p[:])
 	}
 	if err != nil {
+		if aerr := auth.Refuse(c, h[:]); aerr != nil {
+			err = aerr // a peer that authenticates, and this side does not
+		}
 		m.cfg.Logger.Warn("ctrl: bad HELLO", "remote", c.RemoteAddr(), "err", err)
 		_ = c.Close() // rejected connection
 		return
@@ -319,14 +341,27 @@ func (m *Manager) dial(ctx context.Context, peerID, selfID uint32, network, addr
 		}
 		return fmt.Errorf("ctrl: dial rank %d at %s %s: %w: %w", peerID, network, addr, status.ErrFailed, err)
 	}
+	a := m.cfg.Auth
 	if uc, ok := c.(*net.UnixConn); ok {
 		if _, err := (peercred.Policy{UIDs: m.cfg.AllowUIDs}).Check(uc); err != nil {
 			_ = c.Close() // a socket of another user: nothing is sent to it
 			return fmt.Errorf("ctrl: dial rank %d at %s: %w", peerID, addr, err)
 		}
+		a = a.Local()
+	}
+	dl, ok := ctx.Deadline()
+	if a.Enabled() {
+		if !ok {
+			dl = time.Now().Add(m.cfg.HelloTimeout)
+		}
+		raw := c
+		if c, err = auth.Client(c, a, "ctrl", dl); err != nil {
+			_ = raw.Close() // refused; that error is reported
+			return fmt.Errorf("ctrl: dial rank %d at %s: %w", peerID, addr, err)
+		}
 	}
 	hello := AppendHello(make([]byte, 0, HeaderSize+helloLen), selfID)
-	if dl, ok := ctx.Deadline(); ok {
+	if ok {
 		_ = c.SetWriteDeadline(dl)
 	}
 	if _, err := c.Write(hello); err != nil {

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hmc-go/hmc/auth"
+
 	"github.com/hmc-go/hmc/status"
 )
 
@@ -285,6 +287,9 @@ func (m *Manager) frame(p *peer, pc *pconn) (Message, error) {
 		}
 		h := Header(b)
 		if err := h.Check(m.cfg.MaxFrame); err != nil {
+			if aerr := auth.Refusal(b, fmt.Sprintf("rank %d", p.id)); aerr != nil {
+				return Message{}, fmt.Errorf("ctrl: %w", aerr) // it authenticates its peers; this side has no credentials
+			}
 			return Message{}, err
 		}
 		n := int(h.Length())

@@ -80,6 +80,15 @@ int hmc_memory_close(uint64_t memory);
  * same IP, as the Python SDK. */
 int hmc_session_create(int device_id, uint64_t buffer_size, int mem_type, int num_chs,
                        const char *local_ip, uint64_t *out_session);
+/* hmc_session_create whose every link (data and control) is authenticated: a shared secret
+ * (secret_len bytes; none when 0) both ends prove at connect, and mutual TLS 1.3 from PEM files
+ * on links that leave the host (tls_cert, tls_key: this side's; tls_ca: the authority every
+ * peer's certificate is signed by; all NULL: no TLS). Peers need the same, or are refused with
+ * ERROR (permission denied). */
+int hmc_session_create_secure(int device_id, uint64_t buffer_size, int mem_type, int num_chs,
+                              const char *local_ip, const void *secret, uint64_t secret_len,
+                              const char *tls_cert, const char *tls_key, const char *tls_ca,
+                              uint64_t *out_session);
 /* Closes the Communicator and frees the buffer. */
 int hmc_session_destroy(uint64_t session);
 

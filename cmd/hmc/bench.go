@@ -31,6 +31,7 @@ type benchFlags struct {
 	verify, jsonOut, quiet, ucxAlloc                     bool
 	serverIP, metrics                                    string
 	dataPort, ctrlPort                                   int
+	auth                                                 authFlags
 }
 
 func (f *benchFlags) add(cmd *cobra.Command) {
@@ -54,6 +55,7 @@ func (f *benchFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics of the run's operations at http://ADDR/metrics, e.g. 127.0.0.1:9100")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress bar (it is shown only when stderr is a terminal)")
 	fl.DurationVar(&f.busyPoll, "busy-poll", 0, "spin on socket reads this long before parking, on both sides: lower latency, one busy core per lane (default 0; 100us with --op lat and pingpong)")
+	f.auth.add(cmd)
 }
 
 func (f *benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
@@ -86,8 +88,12 @@ func (f *benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
 			return bench.Config{}, err
 		}
 	}
+	a, err := f.auth.config()
+	if err != nil {
+		return bench.Config{}, err
+	}
 	cfg := bench.Config{Transport: ct, Op: f.op, Mode: f.mode, Sizes: sz, Iters: f.iters, Duration: f.duration,
-		Warmup: f.warmup, Lanes: f.lanes, Chunk: chunk, BusyPoll: f.busyPoll, Window: f.window, Mem: mt, BufferMem: bt, UCXAlloc: f.ucxAlloc, Verify: f.verify}
+		Warmup: f.warmup, Lanes: f.lanes, Chunk: chunk, BusyPoll: f.busyPoll, Window: f.window, Mem: mt, BufferMem: bt, UCXAlloc: f.ucxAlloc, Verify: f.verify, Auth: a}
 	// Everything is checked before a server child starts or a byte is allocated.
 	if err := cfg.Validate(); err != nil {
 		return bench.Config{}, err
@@ -146,7 +152,7 @@ func benchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure transfers: with no role, starts a server child and runs the client against it on 127.0.0.1",
 		RunE: f.clientRunE(func(ctx context.Context, cfg *bench.Config) (func(), error) {
-			srv, err := startServerChild(ctx, f.transport, slices.Max(cfg.Sizes), f.busyPoll, f.ucxAlloc)
+			srv, err := startServerChild(ctx, f.transport, slices.Max(cfg.Sizes), f.busyPoll, f.ucxAlloc, f.auth.args())
 			if err != nil {
 				return nil, err
 			}
@@ -183,6 +189,7 @@ func serverCmd() *cobra.Command {
 		busyPoll           time.Duration
 		ucxAlloc, keep     bool
 		child              bool // started by `hmc bench` itself: its parent reports, not it
+		af                 authFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -196,11 +203,15 @@ func serverCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			a, err := af.config()
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
 			out := cmd.OutOrStdout()
 			for {
-				err := bench.Serve(ctx, bench.ServerConfig{BindIP: bind, DataPort: dataPort, CtrlPort: ctrlPort, BufferSize: size, Transport: ct, BusyPoll: busyPoll, UCXAlloc: ucxAlloc},
+				err := bench.Serve(ctx, bench.ServerConfig{BindIP: bind, DataPort: dataPort, CtrlPort: ctrlPort, BufferSize: size, Transport: ct, BusyPoll: busyPoll, UCXAlloc: ucxAlloc, Auth: a},
 					func(addr string, cp int) { fmt.Fprintf(out, "READY %s %d\n", addr, cp) })
 				if err != nil || !keep || ctx.Err() != nil {
 					if err == nil && ctx.Err() == nil && !child {
@@ -222,6 +233,7 @@ func serverCmd() *cobra.Command {
 	cmd.Flags().StringVar(&bufSize, "buffer", "256MiB", "buffer size (at least the largest transfer)")
 	cmd.Flags().DurationVar(&busyPoll, "busy-poll", 0, "spin on socket reads this long before parking")
 	cmd.Flags().BoolVar(&ucxAlloc, "ucx-alloc", true, "with --transport ucx, UCX allocates the buffer (as the client's --ucx-alloc)")
+	af.add(cmd)
 	return cmd
 }
 
@@ -232,7 +244,7 @@ type serverChild struct {
 }
 
 // startServerChild runs `hmc bench server` as a child process on free loopback ports.
-func startServerChild(ctx context.Context, tr string, maxSize uint64, busyPoll time.Duration, ucxAlloc bool) (*serverChild, error) {
+func startServerChild(ctx context.Context, tr string, maxSize uint64, busyPoll time.Duration, ucxAlloc bool, authArgs []string) (*serverChild, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -240,6 +252,7 @@ func startServerChild(ctx context.Context, tr string, maxSize uint64, busyPoll t
 	bufSize := max(maxSize, 1<<20)
 	cmd := exec.CommandContext(ctx, exe, "bench", "server", "--bind", "127.0.0.1", "--data-port", "0", "--ctrl-port", "0",
 		"--transport", tr, "--buffer", strconv.FormatUint(bufSize, 10), "--busy-poll", busyPoll.String(), "--ucx-alloc="+strconv.FormatBool(ucxAlloc), "--child")
+	cmd.Args = append(cmd.Args, authArgs...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

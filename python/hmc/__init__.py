@@ -230,10 +230,21 @@ class Session:
     """A registered buffer and a communicator over it (upstream's Session)."""
 
     def __init__(self, device_id=0, buffer_size=128 * 1024 * 1024, mem_type=MemoryType.CPU,
-                 num_chs=1, local_ip=""):
+                 num_chs=1, local_ip="", *, secret=None, tls_cert=None, tls_key=None,
+                 tls_ca=None):
+        """secret (bytes or str) and tls_cert / tls_key / tls_ca (PEM file paths, mutual TLS)
+        authenticate every link of the session; peers need the same or are refused (HMCError,
+        permission denied). Default: none."""
         h = ctypes.c_uint64()
-        _check(_L.hmc_session_create(device_id, buffer_size, int(mem_type), num_chs,
-                                     _b(local_ip or ""), ctypes.byref(h)), "create session")
+        if secret is None and tls_cert is None and tls_key is None and tls_ca is None:
+            _check(_L.hmc_session_create(device_id, buffer_size, int(mem_type), num_chs,
+                                         _b(local_ip or ""), ctypes.byref(h)), "create session")
+        else:
+            key = secret.encode() if isinstance(secret, str) else bytes(secret or b"")
+            _check(_L.hmc_session_create_secure(device_id, buffer_size, int(mem_type), num_chs,
+                                                _b(local_ip or ""), key or None, len(key),
+                                                _b(tls_cert), _b(tls_key), _b(tls_ca),
+                                                ctypes.byref(h)), "create session")
         self._h = h.value
         self.buf = IOBuffer(self)
         self.local_ip = local_ip
@@ -411,6 +422,8 @@ class Session:
 
 
 def create_session(*, device_id=0, buffer_size=128 * 1024 * 1024, mem_type=MemoryType.CPU,
-                   num_chs=1, local_ip=""):
-    """Creates a Session (upstream's keyword signature and defaults)."""
-    return Session(device_id, buffer_size, mem_type, num_chs, local_ip)
+                   num_chs=1, local_ip="", secret=None, tls_cert=None, tls_key=None, tls_ca=None):
+    """Creates a Session (upstream's keyword signature and defaults; secret and tls_* as
+    Session's)."""
+    return Session(device_id, buffer_size, mem_type, num_chs, local_ip, secret=secret,
+                   tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca)

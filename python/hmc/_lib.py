@@ -14,6 +14,7 @@ _SIGNATURES = {
     "hmc_debug_stacks": ([_ptr, _u64], _u64),
     "hmc_memory_probe": ([_int], _int),
     "hmc_session_create": ([_int, _u64, _int, _int, _str, _pu64], _int),
+    "hmc_session_create_secure": ([_int, _u64, _int, _int, _str, _ptr, _u64, _str, _str, _str, _pu64], _int),
     "hmc_session_destroy": ([_u64], _int),
     "hmc_session_init_server": ([_u64, _str, _int, _int, _u32, _str, _int], _int),
     "hmc_session_data_port": ([_u64], _int),

@@ -1,4 +1,5 @@
 """The peer process of the Python tests: serves a session and answers commands from rank 1."""
+import os
 import sys
 
 import hmc
@@ -11,7 +12,8 @@ def pattern(n, seed):
 
 
 def main():
-    s = hmc.create_session(buffer_size=32 << 20, local_ip="127.0.0.1")
+    s = hmc.create_session(buffer_size=32 << 20, local_ip="127.0.0.1",
+                           secret=os.environ.get("HMC_TEST_SECRET"))
     s.init_server(bind_ip="127.0.0.1", data_port=0, ctrl_tcp_port=0, self_id=0, ctrl_uds_dir=sys.argv[1])
     print("READY", s.data_port, s.ctrl_port, flush=True)
     while True:

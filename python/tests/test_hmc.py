@@ -17,15 +17,23 @@ except ImportError:  # the torch test says so
     torch = None
 
 
-def start_peer(conn, tmp_path, mem_type=hmc.MemoryType.CPU):
-    """Starts peer.py (a host-buffer session in another process) and connects a session to it."""
+def spawn_peer(tmp_path, secret=None):
+    """Starts peer.py (a host-buffer session in another process); returns it and its ports."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    if secret is not None:
+        env["HMC_TEST_SECRET"] = secret
     p = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "peer.py"), str(tmp_path)],
                          stdout=subprocess.PIPE, env=env, text=True)
     line = p.stdout.readline().split()
     assert line and line[0] == "READY", line
-    data_port, ctrl_port = int(line[1]), int(line[2])
-    s = hmc.create_session(buffer_size=32 << 20, mem_type=mem_type, num_chs=2, local_ip="127.0.0.1")
+    return p, int(line[1]), int(line[2])
+
+
+def start_peer(conn, tmp_path, mem_type=hmc.MemoryType.CPU, secret=None):
+    """Starts peer.py and connects a session to it."""
+    p, data_port, ctrl_port = spawn_peer(tmp_path, secret)
+    s = hmc.create_session(buffer_size=32 << 20, mem_type=mem_type, num_chs=2, local_ip="127.0.0.1",
+                           secret=secret)
     s.connect(peer_id=0, self_id=1, peer_ip="127.0.0.1", data_port=data_port, ctrl_tcp_port=ctrl_port,
               uds_dir=str(tmp_path), conn=conn)
     s.conn, s.peer_port = conn, data_port
@@ -225,3 +233,29 @@ def test_readme_snippet_pairs_with_server_example(tmp_path):
     assert out.startswith("tag 1 received"), out[:200]
     want = np.arange(1024, dtype=np.int32).tobytes()
     assert repr(want)[:60] in out
+
+
+@pytest.mark.parametrize("conn", [hmc.ConnType.TCP, hmc.ConnType.SHM], ids=lambda c: c.name)
+def test_shared_secret(conn, tmp_path):
+    """A peer demanding a secret serves a session holding it, and refuses one without it or
+    with another (permission denied) before a byte moves."""
+    p, data_port, ctrl_port = spawn_peer(tmp_path, secret="job-7 secret")
+    try:
+        for bad in (None, "a guess"):
+            s = hmc.create_session(buffer_size=1 << 20, local_ip="127.0.0.1", secret=bad)
+            with pytest.raises(hmc.HMCError, match="permission denied"):
+                s.connect(peer_id=0, self_id=1, peer_ip="127.0.0.1", data_port=data_port,
+                          ctrl_tcp_port=ctrl_port, uds_dir=str(tmp_path), conn=conn, timeout=10)
+            s.close()
+        s = hmc.create_session(buffer_size=1 << 20, local_ip="127.0.0.1", secret=b"job-7 secret")
+        s.connect(peer_id=0, self_id=1, peer_ip="127.0.0.1", data_port=data_port,
+                  ctrl_tcp_port=ctrl_port, uds_dir=str(tmp_path), conn=conn, timeout=10)
+        data = pattern(100000, 3)
+        s.put("127.0.0.1", data_port, data, conn=conn)
+        assert ask(s, CHECK, len(data), 3)
+        s.ctrl_send(0, EXIT)
+        s.close()
+        assert p.wait(timeout=30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()

@@ -13,6 +13,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/hmc-go/hmc/auth"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/hmc-go/hmc/buffer"
@@ -71,6 +73,14 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 	if err != nil {
 		_ = c.Close()
 		return nil, fmt.Errorf("shm: dial %s: %w", cfg.Addr, err)
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(t.cfg.HandshakeTimeout)
+	}
+	if _, err := auth.Client(c, t.cfg.Auth.Local(), "shm", dl); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("shm: %s: %w", cfg.Addr, err)
 	}
 	whole, err := t.handshake(ctx, c, hello{rank: cfg.Rank, listenPort: uint16(cfg.ListenPort), ip: cfg.LocalIP}, myBoot)
 	if err != nil {
@@ -131,9 +141,16 @@ func (t *Transport) handshake(ctx context.Context, c *net.UnixConn, h hello, myB
 		}
 	}()
 	if n < offerSize { // the rest of the offer may follow in another read
-		if _, err := io.ReadFull(c, b[n:]); err != nil {
+		m, err := io.ReadFull(c, b[n:])
+		if err != nil {
+			if aerr := auth.Refusal(b[:n+m], "target"); aerr != nil {
+				return mapping{}, aerr
+			}
 			return mapping{}, fmt.Errorf("%w: %w", status.ErrPeerClosed, err)
 		}
+	}
+	if err := auth.Refusal(b, "target"); err != nil {
+		return mapping{}, err // the target demands a secret; this side has none
 	}
 	o, err := decodeOffer(b)
 	if err != nil {

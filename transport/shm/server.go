@@ -6,6 +6,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/hmc-go/hmc/auth"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/hmc-go/hmc/internal/acceptor"
@@ -77,13 +79,21 @@ func (s *server) serve(c *net.UnixConn) {
 		s.t.cfg.Logger.Warn("shm: refused a connection", "addr", s.Addr(), "err", err)
 		return
 	}
-	_ = c.SetDeadline(time.Now().Add(s.t.cfg.HandshakeTimeout))
+	dl := time.Now().Add(s.t.cfg.HandshakeTimeout)
+	if _, err := auth.Server(c, s.t.cfg.Auth.Local(), "shm", dl); err != nil {
+		s.t.cfg.Logger.Warn("shm: refused a connection", "addr", s.Addr(), "err", err)
+		return
+	}
+	_ = c.SetDeadline(dl)
 	b := make([]byte, helloSize)
 	if _, err := io.ReadFull(c, b); err != nil {
 		return
 	}
 	h, err := decodeHello(b)
 	if err != nil {
+		if aerr := auth.Refuse(c, b); aerr != nil {
+			err = aerr // an initiator that authenticates, and this side does not
+		}
 		s.t.cfg.Logger.Warn("shm: bad hello", "err", err)
 		return
 	}

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/hmc-go/hmc/auth"
+
 	"github.com/hmc-go/hmc/internal/peercred"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
@@ -49,6 +51,11 @@ type Config struct {
 	// checked before anything is sent: a process of any other user gets nothing, not even the
 	// offer. Nil: this process's user only.
 	AllowUIDs []uint32
+	// Auth's secret, when set, is also demanded from every peer at connect, after its user
+	// was admitted: the group's processes of one user are then told apart from the user's
+	// other jobs. Its TLS is not used: the link never leaves the host, and the bytes move
+	// through shared mappings that TLS could not cover.
+	Auth auth.Config
 	// Logger receives connection events; nil means silent.
 	Logger *slog.Logger
 }
@@ -91,6 +98,9 @@ func (c *Config) setDefaults() {
 func (c Config) Validate() error {
 	if c.Workers < 0 || c.Workers > 64 || c.HandshakeTimeout < 0 {
 		return fmt.Errorf("shm: workers %d, handshake timeout %v: %w", c.Workers, c.HandshakeTimeout, status.ErrInvalidConfig)
+	}
+	if err := c.Auth.Validate(); err != nil {
+		return fmt.Errorf("shm: %w", err)
 	}
 	return nil
 }

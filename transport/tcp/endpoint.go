@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hmc-go/hmc/auth"
+
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
@@ -134,12 +136,21 @@ func (t *Transport) dialLane(ctx context.Context, addr string, h hello) (net.Con
 	if !ok {
 		dl = time.Now().Add(t.cfg.HandshakeTimeout)
 	}
-	_ = c.SetDeadline(dl)
+	conn, err := auth.Client(spinning(c, t.cfg), t.cfg.Auth, "tcp", dl)
+	if err != nil {
+		_ = c.Close() // refused; that error is reported
+		return nil, welcome{}, fmt.Errorf("tcp: %s: %w", addr, err)
+	}
+	_ = conn.SetDeadline(dl)
 	var hb [helloSize]byte
 	h.encode(&hb)
 	var wb [welcomeSize]byte
-	if _, err = c.Write(hb[:]); err == nil {
-		_, err = io.ReadFull(c, wb[:])
+	if _, err = conn.Write(hb[:]); err == nil {
+		var n int
+		n, err = io.ReadFull(conn, wb[:])
+		if aerr := auth.Refusal(wb[:n], addr); aerr != nil {
+			err = aerr // the target authenticates its peers; this side has no credentials
+		}
 	}
 	var w welcome
 	if err == nil {
@@ -149,12 +160,12 @@ func (t *Transport) dialLane(ctx context.Context, addr string, h hello) (net.Con
 		_ = c.Close() // handshake failed; that error is reported
 		return nil, welcome{}, fmt.Errorf("tcp: handshake with %s: %w", addr, wrapIO(err))
 	}
-	_ = c.SetDeadline(time.Time{})
-	return c, w, nil
+	_ = conn.SetDeadline(time.Time{})
+	return conn, w, nil
 }
 
 func wrapIO(err error) error {
-	if errors.Is(err, status.ErrFailed) || errors.Is(err, status.ErrUnsupported) {
+	if errors.Is(err, status.ErrFailed) || errors.Is(err, status.ErrUnsupported) || errors.Is(err, status.ErrPermission) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", status.ErrPeerClosed, err)

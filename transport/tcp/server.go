@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/hmc-go/hmc/auth"
+
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/internal/acceptor"
 	"github.com/hmc-go/hmc/status"
@@ -57,12 +59,17 @@ func (s *server) Close() error {
 // serve is one lane, on a goroutine owned by s.lanes (which closes c when it returns).
 func (s *server) serve(c net.Conn) {
 	tuneConn(c, s.t.cfg)
-	h, err := s.handshake(c)
+	conn, err := auth.Server(spinning(c, s.t.cfg), s.t.cfg.Auth, "tcp", time.Now().Add(s.t.cfg.HandshakeTimeout))
+	if err != nil {
+		s.t.cfg.Logger.Warn("tcp: refused a connection", "remote", c.RemoteAddr(), "err", err)
+		return
+	}
+	h, err := s.handshake(conn)
 	if err != nil {
 		s.t.cfg.Logger.Warn("tcp: handshake failed", "remote", c.RemoteAddr(), "err", err)
 		return
 	}
-	if err := s.serveRequests(c, h.version); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+	if err := s.serveRequests(conn, h.version); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		s.t.cfg.Logger.Warn("tcp: lane closed", "remote", c.RemoteAddr(), "rank", h.rank, "err", err)
 	}
 }
@@ -75,6 +82,9 @@ func (s *server) handshake(c net.Conn) (hello, error) {
 	}
 	h, err := decodeHello(b[:])
 	if err != nil {
+		if aerr := auth.Refuse(c, b[:]); aerr != nil {
+			return hello{}, aerr // an initiator that authenticates, and this side does not
+		}
 		return hello{}, err
 	}
 	// Record the initiator before welcoming it: once its Dial returns, it may address us

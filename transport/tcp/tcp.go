@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/hmc-go/hmc/auth"
+
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
@@ -41,6 +43,9 @@ type Config struct {
 	// latency for small transfers at the price of a busy core per active lane, as UCX's
 	// polling does. 0 (the default) never spins.
 	BusyPoll time.Duration
+	// Auth authenticates every lane at connect (a shared secret, mutual TLS) on both sides;
+	// the zero value authenticates nothing. With TLS the lanes' bytes are encrypted too.
+	Auth auth.Config
 	// Logger receives connection events; nil means silent.
 	Logger *slog.Logger
 }
@@ -78,6 +83,9 @@ func (c Config) Validate() error {
 	if c.Lanes < 0 || c.Lanes > maxLanes || c.MaxInflight < 0 || c.SocketBuffer < 0 || c.BusyPoll < 0 {
 		return fmt.Errorf("tcp: lanes %d (max %d), inflight %d, socket buffer %d: %w",
 			c.Lanes, maxLanes, c.MaxInflight, c.SocketBuffer, status.ErrInvalidConfig)
+	}
+	if err := c.Auth.Validate(); err != nil {
+		return fmt.Errorf("tcp: %w", err)
 	}
 	return nil
 }

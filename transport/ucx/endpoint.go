@@ -8,14 +8,18 @@ package ucx
 import "C"
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/hmc-go/hmc/auth"
 
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/memory"
@@ -138,15 +142,29 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 }
 
 func (t *Transport) setup(ctx context.Context, w *worker, conn net.Conn, cfg transport.DialConfig, local []byte) (*endpoint, error) {
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
-	} else {
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(10 * time.Second)
 	}
+	conn, err := auth.Client(conn, t.cfg.Auth, "ucx", dl)
+	if err != nil {
+		return nil, fmt.Errorf("ucx: %s: %w", cfg.Addr, err)
+	}
+	_ = conn.SetDeadline(dl)
 	if _, err := conn.Write(hello{rank: cfg.Rank, listenPort: uint32(cfg.ListenPort), workerAddr: w.addr}.encode()); err != nil {
 		return nil, fmt.Errorf("ucx: hello to %s: %w: %w", cfg.Addr, status.ErrPeerClosed, err)
 	}
-	wel, err := readWelcome(conn)
+	var first [8]byte
+	if n, err := io.ReadFull(conn, first[:]); err != nil || auth.Refusal(first[:], cfg.Addr) != nil {
+		if aerr := auth.Refusal(first[:n], cfg.Addr); aerr != nil {
+			return nil, fmt.Errorf("ucx: %w", aerr) // the target authenticates; this side has no credentials
+		}
+		if cerr := status.FromContext(ctx); cerr != nil {
+			return nil, fmt.Errorf("ucx: welcome from %s: %w", cfg.Addr, cerr)
+		}
+		return nil, fmt.Errorf("ucx: reading welcome: %w: %w", status.ErrPeerClosed, err)
+	}
+	wel, err := readWelcome(io.MultiReader(bytes.NewReader(first[:]), conn))
 	if err != nil {
 		if cerr := status.FromContext(ctx); cerr != nil {
 			return nil, fmt.Errorf("ucx: welcome from %s: %w", cfg.Addr, cerr)

@@ -8,6 +8,7 @@ package ucx
 import "C"
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,8 @@ import (
 	"sync"
 	"time"
 	"unsafe"
+
+	"github.com/hmc-go/hmc/auth"
 
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/internal/acceptor"
@@ -85,8 +88,20 @@ func (s *server) Addr() string { return s.l.Addr().String() }
 
 // serve answers one initiator's hello and holds the link open as its liveness signal.
 func (s *server) serve(c net.Conn) {
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	h, err := readHello(c)
+	dl := time.Now().Add(10 * time.Second)
+	c, err := auth.Server(c, s.t.cfg.Auth, "ucx", dl)
+	if err != nil {
+		return // refused: the peer learns why; the worker address and rkeys stay here
+	}
+	_ = c.SetDeadline(dl)
+	var first [8]byte
+	if _, err := io.ReadFull(c, first[:]); err != nil {
+		return
+	}
+	if auth.Refuse(c, first[:]) != nil {
+		return // an initiator that authenticates, and this side does not
+	}
+	h, err := readHello(io.MultiReader(bytes.NewReader(first[:]), c))
 	if err != nil {
 		return
 	}

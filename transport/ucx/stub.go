@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hmc-go/hmc/auth"
+
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
@@ -21,6 +23,7 @@ type Config struct {
 	TLS          string
 	SpinTime     int
 	CloseTimeout time.Duration
+	Auth         auth.Config
 }
 
 // DefaultConfig returns the zero Config (no UCX in this build).
@@ -31,7 +34,7 @@ func (c Config) Validate() error {
 	if c.SpinTime < 0 || c.CloseTimeout < 0 {
 		return fmt.Errorf("ucx: spin time %d us, close timeout %v: %w", c.SpinTime, c.CloseTimeout, status.ErrInvalidConfig)
 	}
-	return nil
+	return c.Auth.Validate()
 }
 
 // New returns a transport whose calls fail with ErrUnsupported (no UCX in this build).

@@ -18,6 +18,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/hmc-go/hmc/auth"
+
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
@@ -40,7 +42,11 @@ type Config struct {
 	// CloseTimeout bounds how long an endpoint's Close waits for its requests in flight to
 	// complete or fail before it abandons the endpoint (see endpoint.Close). Zero: 30 s.
 	CloseTimeout time.Duration
-	rdma         bool
+	// Auth authenticates the bootstrap link at connect (a shared secret, mutual TLS), which
+	// hands out the worker address and rkeys: a peer that cannot prove it gets neither. UCX's
+	// own traffic is neither authenticated nor encrypted by it.
+	Auth auth.Config
+	rdma bool
 }
 
 // Resource is one UCX transport on one device, as UCT lists them.
@@ -122,6 +128,9 @@ func (c *Config) setDefaults() {
 func (c Config) Validate() error {
 	if c.SpinTime < 0 || c.CloseTimeout < 0 {
 		return fmt.Errorf("ucx: spin time %d us, close timeout %v: %w", c.SpinTime, c.CloseTimeout, status.ErrInvalidConfig)
+	}
+	if err := c.Auth.Validate(); err != nil {
+		return fmt.Errorf("ucx: %w", err)
 	}
 	return nil
 }

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/hmc-go/hmc/auth"
+
 	hmc "github.com/hmc-go/hmc"
 	"github.com/hmc-go/hmc/capi/internal/cabi"
 	"github.com/hmc-go/hmc/collective"
@@ -131,6 +133,34 @@ func hmc_session_create(deviceID C.int, bufferSize C.uint64_t, memType, numChs C
 			return fmt.Errorf("hmc: null out handle: %w", status.ErrInvalidConfig)
 		}
 		s, err := hmc.NewSession(int(deviceID), uint64(bufferSize), memory.Type(memType), int(numChs), goString(localIP))
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(cabi.Add(s))
+		return nil
+	})
+}
+
+//export hmc_session_create_secure
+func hmc_session_create_secure(deviceID C.int, bufferSize C.uint64_t, memType, numChs C.int, localIP *C.char,
+	secret unsafe.Pointer, secretLen C.uint64_t, tlsCert, tlsKey, tlsCA *C.char, out *C.uint64_t) C.int {
+	return call(func() error {
+		if out == nil {
+			return fmt.Errorf("hmc: null out handle: %w", status.ErrInvalidConfig)
+		}
+		var a auth.Config
+		if secretLen > 0 {
+			if secret == nil {
+				return fmt.Errorf("hmc: null secret of %d bytes: %w", secretLen, status.ErrInvalidConfig)
+			}
+			a.Secret = C.GoBytes(secret, C.int(secretLen))
+		}
+		tc, err := auth.TLSFromFiles(goString(tlsCert), goString(tlsKey), goString(tlsCA))
+		if err != nil {
+			return err
+		}
+		a.TLS = tc
+		s, err := hmc.NewSession(int(deviceID), uint64(bufferSize), memory.Type(memType), int(numChs), goString(localIP), hmc.WithAuth(a))
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hmc-go/hmc/auth"
+	"github.com/hmc-go/hmc/status"
+)
+
+// authFlags are the data and control plane's authentication flags of the bench commands.
+type authFlags struct {
+	secretFile, cert, key, ca string
+}
+
+func (a *authFlags) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&a.secretFile, "secret-file", "", "authenticate every link with the shared secret in this file (HMAC challenge both ways; both sides need it)")
+	fl.StringVar(&a.cert, "tls-cert", "", "run links that leave the host in mutual TLS 1.3 with this certificate (PEM; with --tls-key and --tls-ca)")
+	fl.StringVar(&a.key, "tls-key", "", "the certificate's private key (PEM)")
+	fl.StringVar(&a.ca, "tls-ca", "", "the CA every peer's certificate must be signed by (PEM)")
+}
+
+// config reads the files the flags name.
+func (a *authFlags) config() (auth.Config, error) {
+	var c auth.Config
+	if a.secretFile != "" {
+		b, err := os.ReadFile(a.secretFile)
+		if err != nil {
+			return c, fmt.Errorf("--secret-file: %w: %w", status.ErrInvalidConfig, err)
+		}
+		if c.Secret = bytes.TrimSpace(b); len(c.Secret) == 0 {
+			return c, fmt.Errorf("--secret-file %s is empty: %w", a.secretFile, status.ErrInvalidConfig)
+		}
+	}
+	tc, err := auth.TLSFromFiles(a.cert, a.key, a.ca)
+	if err != nil {
+		return c, err
+	}
+	c.TLS = tc
+	return c, nil
+}
+
+// args repeats the flags for a child process.
+func (a *authFlags) args() []string {
+	var out []string
+	for _, f := range [][2]string{{"--secret-file", a.secretFile}, {"--tls-cert", a.cert}, {"--tls-key", a.key}, {"--tls-ca", a.ca}} {
+		if f[1] != "" {
+			out = append(out, f[0], f[1])
+		}
+	}
+	return out
+}
