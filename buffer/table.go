@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
@@ -27,6 +28,8 @@ type Region struct {
 	fd    int    // memfd behind mem, or -1
 	fdOff uint64 // mem's offset in fd
 	refs  int    // registrations of this range (nested ones return the region); guarded by table.mu
+
+	peers atomic.Pointer[map[uint32]struct{}] // ranks it is published to; nil: every peer
 
 	mu       sync.Mutex
 	inflight int           // operations between Acquire and Release; guarded by mu
@@ -50,6 +53,34 @@ func (r *Region) Bytes() []byte { return r.mem }
 // FD returns the memfd behind the region and the region's offset in it, or -1 when the memory
 // has none (a Go slice, C memory): same-host peers then reach it with cross-memory attach.
 func (r *Region) FD() (int, uint64) { return r.fd, r.fdOff }
+
+// PublishTo limits the peers that may reach r through a transport to the given ranks (as each
+// peer's handshake names it); called with none, r is published to every peer again, the
+// default. A peer it is not published to is told the region does not exist (ErrNotFound), for
+// every lookup from then on; operations already under way finish. Ranks are what admitted
+// peers say they are: with a shared secret, every member of the group could claim any rank, so
+// this keeps a region from peers it was not meant for, not from a member lying about its rank.
+func (r *Region) PublishTo(ranks ...uint32) {
+	if len(ranks) == 0 {
+		r.peers.Store(nil)
+		return
+	}
+	m := make(map[uint32]struct{}, len(ranks))
+	for _, k := range ranks {
+		m[k] = struct{}{}
+	}
+	r.peers.Store(&m)
+}
+
+// PublishedTo reports whether the peer of the given rank may reach r.
+func (r *Region) PublishedTo(rank uint32) bool {
+	m := r.peers.Load()
+	if m == nil {
+		return true
+	}
+	_, ok := (*m)[rank]
+	return ok
+}
 
 // Deregistered reports whether the last Deregister of the region has begun.
 func (r *Region) Deregistered() bool {
@@ -278,6 +309,28 @@ func (t *Table) Find(addr, n uint64) (*Region, uint64, error) {
 		return nil, 0, err
 	}
 	return r, off, nil
+}
+
+// LookupFor is Lookup on behalf of the peer of rank peer: a region not published to it is
+// ErrNotFound, as an unknown key.
+func (t *Table) LookupFor(peer uint32, k Key, off, n uint64) (*Region, error) {
+	r, err := t.Lookup(k, off, n)
+	if err == nil && !r.PublishedTo(peer) {
+		r.Release()
+		return nil, fmt.Errorf("region %d: not published to rank %d: %w", k, peer, status.ErrNotFound)
+	}
+	return r, err
+}
+
+// FindFor is Find on behalf of the peer of rank peer: a region not published to it is
+// ErrNotFound, as no region.
+func (t *Table) FindFor(peer uint32, addr, n uint64) (*Region, uint64, error) {
+	r, off, err := t.Find(addr, n)
+	if err == nil && !r.PublishedTo(peer) {
+		r.Release()
+		return nil, 0, fmt.Errorf("address %#x: region %d not published to rank %d: %w", addr, r.key, peer, status.ErrNotFound)
+	}
+	return r, off, err
 }
 
 // Len returns the number of regions registered.

@@ -307,3 +307,48 @@ func BenchmarkRegister(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/1000regions")
 }
+
+func TestPublishTo(t *testing.T) {
+	tb := NewTable()
+	mem := make([]byte, 4096)
+	r, err := tb.Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := r.Addr()
+	for _, peer := range []uint32{0, 1, 9} {
+		if !r.PublishedTo(peer) {
+			t.Fatalf("a new region is not published to rank %d", peer)
+		}
+	}
+	r.PublishTo(1, 9)
+	if !r.PublishedTo(1) || !r.PublishedTo(9) || r.PublishedTo(2) {
+		t.Fatal("PublishTo(1, 9)")
+	}
+	if got, err := tb.LookupFor(9, r.Key(), 0, 8); err != nil || got != r {
+		t.Fatalf("LookupFor a rank it is published to: %v", err)
+	} else {
+		got.Release()
+	}
+	if _, err := tb.LookupFor(2, r.Key(), 0, 8); !errors.Is(err, status.ErrNotFound) {
+		t.Fatalf("LookupFor another rank: %v", err)
+	}
+	if _, _, err := tb.FindFor(2, addr+8, 8); !errors.Is(err, status.ErrNotFound) {
+		t.Fatalf("FindFor another rank: %v", err)
+	}
+	if got, off, err := tb.FindFor(1, addr+8, 8); err != nil || off != 8 {
+		t.Fatalf("FindFor a rank it is published to: %v", err)
+	} else {
+		got.Release()
+	}
+	r.PublishTo()
+	if !r.PublishedTo(2) {
+		t.Fatal("PublishTo() did not open the region again")
+	}
+	// The refusals released what they acquired: Deregister does not wait.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := tb.Deregister(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+}

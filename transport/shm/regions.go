@@ -114,9 +114,10 @@ func word(ctl []byte, s uint32) *atomic.Uint64 {
 	return w
 }
 
-// answer handles one region request of a link; fds are the descriptors to send with the reply.
-// controlSent says whether this link already has the control page.
-func (rs *regionServer) answer(q linkReq, controlSent bool) (resp linkResp, fds []int) {
+// answer handles one region request of the link of the peer of rank peer; fds are the
+// descriptors to send with the reply. controlSent says whether this link already has the
+// control page. A region not published to the peer is not found.
+func (rs *regionServer) answer(peer uint32, q linkReq, controlSent bool) (resp linkResp, fds []int) {
 	resp = linkResp{op: lopResolved, id: q.id}
 	if q.op == lopAtomic {
 		resp.op = lopAtomicOK
@@ -132,9 +133,9 @@ func (rs *regionServer) answer(q linkReq, controlSent bool) (resp linkResp, fds 
 	)
 	if q.key != 0 {
 		off = q.addr
-		reg, err = rs.table.Lookup(buffer.Key(q.key), q.addr, q.length)
+		reg, err = rs.table.LookupFor(peer, buffer.Key(q.key), q.addr, q.length)
 	} else {
-		reg, off, err = rs.table.Find(q.addr, q.length)
+		reg, off, err = rs.table.FindFor(peer, q.addr, q.length)
 	}
 	if err != nil {
 		resp.status = lstNotFound

@@ -112,7 +112,7 @@ func (s *server) serve(c *net.UnixConn) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	if h.version >= 2 {
-		s.serveRegions(c)
+		s.serveRegions(c, h.rank)
 		return
 	}
 	var one [1]byte
@@ -125,7 +125,7 @@ func (s *server) serve(c *net.UnixConn) {
 
 // serveRegions answers an initiator's region requests (version 2) until it or Close ends the
 // link. A request that does not decode ends the link: the initiator is out of step.
-func (s *server) serveRegions(c *net.UnixConn) {
+func (s *server) serveRegions(c *net.UnixConn, peer uint32) {
 	var (
 		qb          [linkReqSize]byte
 		rb          [linkRespSize]byte
@@ -140,7 +140,7 @@ func (s *server) serveRegions(c *net.UnixConn) {
 			s.t.cfg.Logger.Warn("shm: bad region request", "err", err)
 			return
 		}
-		resp, fds := s.regions.answer(q, controlSent)
+		resp, fds := s.regions.answer(peer, q, controlSent)
 		resp.encode(&rb)
 		var oob []byte
 		if len(fds) > 0 {

@@ -69,7 +69,7 @@ func (s *server) serve(c net.Conn) {
 		s.t.cfg.Logger.Warn("tcp: handshake failed", "remote", c.RemoteAddr(), "err", err)
 		return
 	}
-	if err := s.serveRequests(conn, h.version); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+	if err := s.serveRequests(conn, h.version, h.rank); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		s.t.cfg.Logger.Warn("tcp: lane closed", "remote", c.RemoteAddr(), "rank", h.rank, "err", err)
 	}
 }
@@ -104,7 +104,7 @@ func (s *server) handshake(c net.Conn) (hello, error) {
 
 // serveRequests is the target's whole data path for one lane: PUT payloads go from the socket
 // straight into the region; GET replies leave as one writev of header and region slice.
-func (s *server) serveRequests(c net.Conn, ver uint16) error {
+func (s *server) serveRequests(c net.Conn, ver uint16, peer uint32) error {
 	// A buffered reader lets the lane see whether the next request has arrived already, and
 	// while one has, PUT acks wait and leave together (one write per burst, not per request);
 	// payloads larger than the buffer are still read straight into the region.
@@ -134,7 +134,7 @@ func (s *server) serveRequests(c net.Conn, ver uint16) error {
 			return err
 		}
 		if r.mode != modeDefault || r.op == opAtomic {
-			if err := s.serveRegion(c, rd, ack, r, &wb, &arr); err != nil {
+			if err := s.serveRegion(c, rd, ack, peer, r, &wb, &arr); err != nil {
 				return err
 			}
 			continue
@@ -210,14 +210,14 @@ func (s *server) serveRequests(c net.Conn, ver uint16) error {
 // address), or an ATOMIC: the region is looked up and acquired, so a deregistration waits for
 // it, and the range checked, before a byte moves. A refused PUT's payload is read and dropped,
 // keeping the lane in step.
-func (s *server) serveRegion(c net.Conn, rd io.Reader, ack *acker, r request, wb *[respSize]byte, arr *[2][]byte) error {
+func (s *server) serveRegion(c net.Conn, rd io.Reader, ack *acker, peer uint32, r request, wb *[respSize]byte, arr *[2][]byte) error {
 	var payload [atomicPayload]byte
 	if r.op == opAtomic {
 		if _, err := io.ReadFull(rd, payload[:]); err != nil {
 			return err
 		}
 	}
-	mem, reg, st := s.lookup(r)
+	mem, reg, st := s.lookup(peer, r)
 	if reg != nil {
 		defer reg.Release()
 	}
@@ -274,9 +274,10 @@ func (s *server) serveRegion(c net.Conn, rd io.Reader, ack *acker, r request, wb
 	}
 }
 
-// lookup finds the memory a version-2 request names: the bytes [off, off+length) of the
-// default region or of a registered one (acquired: the caller releases reg), or a refusal.
-func (s *server) lookup(r request) (mem []byte, reg *buffer.Region, st uint8) {
+// lookup finds the memory a version-2 request of the peer of rank peer names: the bytes
+// [off, off+length) of the default region or of a registered one published to the peer
+// (acquired: the caller releases reg), or a refusal.
+func (s *server) lookup(peer uint32, r request) (mem []byte, reg *buffer.Region, st uint8) {
 	switch r.mode {
 	case modeDefault:
 		if s.region == nil || buffer.CheckRange(uint64(len(s.region)), r.offset, r.length) != nil {
@@ -287,7 +288,7 @@ func (s *server) lookup(r request) (mem []byte, reg *buffer.Region, st uint8) {
 		if s.regions == nil {
 			return nil, nil, stNotFound
 		}
-		reg, err := s.regions.Lookup(buffer.Key(r.key), r.offset, r.length)
+		reg, err := s.regions.LookupFor(peer, buffer.Key(r.key), r.offset, r.length)
 		if err != nil {
 			return nil, nil, refusal(err)
 		}
@@ -296,7 +297,7 @@ func (s *server) lookup(r request) (mem []byte, reg *buffer.Region, st uint8) {
 		if s.regions == nil {
 			return nil, nil, stNotFound
 		}
-		reg, off, err := s.regions.Find(r.offset, r.length)
+		reg, off, err := s.regions.FindFor(peer, r.offset, r.length)
 		if err != nil {
 			return nil, nil, refusal(err)
 		}

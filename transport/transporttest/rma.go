@@ -63,6 +63,58 @@ func RunRMA(t *testing.T, o Options) {
 	t.Run("DeregisterInFlight", func(t *testing.T) { testDeregisterInFlight(t, o) })
 	t.Run("Atomics", func(t *testing.T) { testAtomics(t, o) })
 	t.Run("AtomicSum", func(t *testing.T) { testAtomicSum(t, o) })
+	t.Run("PublishedTo", func(t *testing.T) { testPublishedTo(t, o) })
+}
+
+// testPublishedTo: a region published to other ranks than the initiator's (1) is, for it, a
+// region that does not exist — by key and by address, for writes, reads and atomics, and its
+// bytes stay as they were — while one published to rank 1 and an open one are reached;
+// publishing the first to every peer again opens it.
+func testPublishedTo(t *testing.T, o Options) {
+	p := o.NewRMAPair(t)
+	ctx := ctx10(t)
+	mine, theirs, open := o.buf(t, 8192).Bytes(), o.buf(t, 8192).Bytes(), o.buf(t, 8192).Bytes()
+	regs := make([]*buffer.Region, 3)
+	for i, m := range [][]byte{mine, theirs, open} {
+		r, err := p.Table.Register(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		regs[i] = r
+	}
+	regs[0].PublishTo(1, 5)
+	regs[1].PublishTo(2, 3)
+	Fill(theirs, 11)
+	want := bytes.Clone(theirs)
+	for _, r := range []transport.Remote{{Key: regs[1].Key(), Addr: 64}, {Addr: regs[1].Addr() + 64}} {
+		if err := write(ctx, p.RMA, []byte("intruder"), r); !errors.Is(err, status.ErrNotFound) {
+			t.Fatalf("write to a region published to others (%+v): %v", r, err)
+		}
+		if err := read(ctx, p.RMA, make([]byte, 8), r); !errors.Is(err, status.ErrNotFound) {
+			t.Fatalf("read of a region published to others (%+v): %v", r, err)
+		}
+		if _, err := p.RMA.Atomic(ctx, buffer.AtomicSwap, r, 1, 0); !errors.Is(err, status.ErrNotFound) {
+			t.Fatalf("atomic on a region published to others (%+v): %v", r, err)
+		}
+	}
+	if !bytes.Equal(theirs, want) {
+		t.Fatal("a region published to other ranks was changed")
+	}
+	for i, r := range []*buffer.Region{regs[0], regs[2]} {
+		if err := write(ctx, p.RMA, []byte("member"), transport.Remote{Key: r.Key(), Addr: 8}); err != nil {
+			t.Fatalf("region %d: %v", i, err)
+		}
+		if _, err := p.RMA.Atomic(ctx, buffer.AtomicFetchAdd, transport.Remote{Addr: r.Addr() + 16}, 1, 0); err != nil {
+			t.Fatalf("region %d by address: %v", i, err)
+		}
+	}
+	if string(mine[8:14]) != "member" || string(open[8:14]) != "member" {
+		t.Fatal("writes to published regions did not land")
+	}
+	regs[1].PublishTo()
+	if err := write(ctx, p.RMA, []byte("now open"), transport.Remote{Key: regs[1].Key(), Addr: 64}); err != nil || string(theirs[64:72]) != "now open" {
+		t.Fatalf("after PublishTo(): %v %q", err, theirs[64:72])
+	}
 }
 
 // write and read are blocking RMA transfers.

@@ -46,6 +46,7 @@ type srvRegion struct {
 // srvLink is one initiator's bootstrap link.
 type srvLink struct {
 	c    net.Conn
+	peer uint32                       // the initiator's rank (its hello's): regions are resolved for it
 	wmu  sync.Mutex                   // one message at a time
 	mu   sync.Mutex                   // guards acks
 	acks map[buffer.Key]chan struct{} // revokes waiting for the peer's REVOKED
@@ -104,9 +105,9 @@ func (r *srvRegions) resolve(l *srvLink, m linkMsg) error {
 	var reg *buffer.Region
 	var err error
 	if m.key != 0 {
-		reg, err = r.table.Lookup(buffer.Key(m.key), m.a, m.b)
+		reg, err = r.table.LookupFor(l.peer, buffer.Key(m.key), m.a, m.b)
 	} else {
-		reg, _, err = r.table.Find(m.a, m.b)
+		reg, _, err = r.table.FindFor(l.peer, m.a, m.b)
 	}
 	var rkey []byte
 	switch {

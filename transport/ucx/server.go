@@ -116,7 +116,7 @@ func (s *server) serve(c net.Conn) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	if h.version >= 2 {
-		s.regions.serveLink(&srvLink{c: c, acks: make(map[buffer.Key]chan struct{}), gone: make(chan struct{})})
+		s.regions.serveLink(&srvLink{c: c, peer: h.rank, acks: make(map[buffer.Key]chan struct{}), gone: make(chan struct{})})
 		return
 	}
 	_, _ = io.Copy(io.Discard, c) // until the initiator or Close ends the link
