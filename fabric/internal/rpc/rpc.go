@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hmc-go/hmc/auth"
 	"github.com/hmc-go/hmc/status"
 )
 
@@ -64,7 +65,7 @@ type Server struct {
 }
 
 // Listen serves h on addr ("ip:port"; port 0 picks one). Each request runs with a context
-// bounded by timeout. With a secret, only clients that prove it are served (auth.go). extra
+// bounded by timeout. With a secret, only clients that prove it are served (package auth, proto "rpc"). extra
 // are the face's own sentinels (checked before the base ones).
 func Listen(addr string, h Handler, timeout time.Duration, secret []byte, extra ...Sentinel) (*Server, error) {
 	l, err := net.Listen("tcp", addr)
@@ -108,10 +109,17 @@ func (s *Server) serve(c net.Conn) {
 		s.mu.Unlock()
 		_ = c.Close()
 	}()
-	if err := serverHello(c, s.secret, s.timeout); err != nil {
-		return
+	if _, err := auth.Server(c, auth.Config{Secret: s.secret}, "rpc", time.Now().Add(s.timeout)); err != nil {
+		return // refused: auth told the client why
 	}
 	r := bufio.NewReader(c)
+	if len(s.secret) == 0 {
+		_ = c.SetReadDeadline(time.Now().Add(s.timeout))
+		if b, err := r.Peek(8); err != nil || auth.Refuse(c, b) != nil {
+			return // gone, or a client that authenticates and this side does not
+		}
+		_ = c.SetReadDeadline(time.Time{})
+	}
 	for {
 		var req request
 		if err := readFrame(r, &req); err != nil {
@@ -174,9 +182,10 @@ type Client struct {
 }
 
 type conn struct {
-	mu sync.Mutex // one request at a time
-	c  net.Conn
-	r  *bufio.Reader
+	mu    sync.Mutex // one request at a time
+	c     net.Conn
+	r     *bufio.Reader
+	fresh bool // no answer read yet on an unauthenticated link: it may be a refusal
 }
 
 // NewClient returns a Client whose calls without a deadline are bounded by timeout; with a
@@ -219,11 +228,11 @@ func (c *Client) Call(ctx context.Context, addr, method string, req, resp any) e
 		if !ok {
 			dl = time.Now().Add(c.timeout)
 		}
-		if err := clientHello(nc, c.secret, dl); err != nil {
+		if _, err := auth.Client(nc, auth.Config{Secret: c.secret}, "rpc", dl); err != nil {
 			_ = nc.Close()
 			return fmt.Errorf("rpc: %s: %w", addr, err)
 		}
-		cc.c, cc.r = nc, bufio.NewReader(nc)
+		cc.c, cc.r, cc.fresh = nc, bufio.NewReader(nc), len(c.secret) == 0
 	}
 	dl, ok := ctx.Deadline()
 	if !ok {
@@ -232,6 +241,16 @@ func (c *Client) Call(ctx context.Context, addr, method string, req, resp any) e
 	_ = cc.c.SetDeadline(dl)
 	var out response
 	err = writeFrame(cc.c, request{Method: method, Body: body})
+	if err == nil && cc.fresh {
+		cc.fresh = false
+		if b, perr := cc.r.Peek(8); perr == nil {
+			if aerr := auth.Refusal(b, addr); aerr != nil {
+				_ = cc.c.Close()
+				cc.c = nil
+				return fmt.Errorf("rpc: %w", aerr) // the server demands a secret; this side has none
+			}
+		}
+	}
 	if err == nil {
 		err = readFrame(cc.r, &out)
 	}
