@@ -43,7 +43,8 @@ type Config struct {
 	// BindIP is the address this process's data servers listen on and peers dial (upstream's
 	// hcomUrl). Default 127.0.0.1.
 	BindIP string
-	// Secret and TLS secure the store link (and its server when this process starts it).
+	// Secret and TLS secure the store link (and its server when this process starts it); the
+	// secret also authenticates the copy agent's requests and every data link (package auth).
 	Secret []byte
 	TLS    *tls.Config
 	// Transports builds the transports; nil: comm.DefaultRegistry.

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hmc-go/hmc/auth"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/hmc-go/hmc/buffer"
@@ -137,7 +139,7 @@ func (f *Fabric) Create(ctx context.Context, id int, o Options) (b *BigMemory, e
 	if o.DataOps&OpHostRDMA != 0 {
 		kinds = append(kinds, transport.UCX)
 	}
-	mc := mesh.Config{Rank: b.rank, BindIP: f.cfg.BindIP, Kinds: kinds, Transports: f.cfg.Transports, Logger: b.log}
+	mc := mesh.Config{Rank: b.rank, BindIP: f.cfg.BindIP, Kinds: kinds, Transports: f.cfg.Transports, Auth: auth.Config{Secret: f.cfg.Secret}, Logger: b.log}
 	if b.mesh, err = mesh.New(b.table, mc); err != nil {
 		if o.DataOps&OpHostRDMA == 0 || !errors.Is(err, status.ErrUnsupported) {
 			return nil, err

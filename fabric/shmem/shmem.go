@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hmc-go/hmc/auth"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/hmc-go/hmc/buffer"
@@ -63,7 +65,8 @@ type Config struct {
 	// Kinds are the transports to use: SHM maps co-located ranks' blocks (leave it out to
 	// reach them over the network too); TCP always; UCX for UCX/RDMA builds. Default SHM, TCP.
 	Kinds []transport.ConnType
-	// Secret and TLS secure the store link.
+	// Secret and TLS secure the store link; the secret also authenticates every data link
+	// (package auth).
 	Secret []byte
 	TLS    *tls.Config
 	// Transports builds the transports; nil: comm.DefaultRegistry.
@@ -259,7 +262,7 @@ func (w *World) Create(ctx context.Context, id int, size uint64) (h *Heap, err e
 		}
 	}
 	h.kinds = append(h.kinds, transport.TCP)
-	if h.mesh, err = mesh.New(h.table, mesh.Config{Rank: w.rank, BindIP: w.cfg.BindIP, Kinds: extra, Transports: w.cfg.Transports, Logger: w.log}); err != nil {
+	if h.mesh, err = mesh.New(h.table, mesh.Config{Rank: w.rank, BindIP: w.cfg.BindIP, Kinds: extra, Transports: w.cfg.Transports, Auth: auth.Config{Secret: w.cfg.Secret}, Logger: w.log}); err != nil {
 		return nil, fmt.Errorf("shmem: %w", err)
 	}
 	me, _ := json.Marshal(desc{Card: h.mesh.Card(), SHM: useSHM}) // a desc always marshals

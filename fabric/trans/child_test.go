@@ -22,7 +22,11 @@ func iterByte(i, j int) byte { return byte(i*7 + j*13 + j>>9) }
 // the sender with "ok <i>" or "bad <i> ...".
 func child() int {
 	ctx := context.Background()
-	e, err := Create(ctx, os.Getenv("HMC_TRANS_META"), os.Getenv("HMC_TRANS_ID"), DefaultConfig())
+	cfg := DefaultConfig()
+	if s := os.Getenv("HMC_TRANS_SECRET"); s != "" {
+		cfg.Secret = []byte(s)
+	}
+	e, err := Create(ctx, os.Getenv("HMC_TRANS_META"), os.Getenv("HMC_TRANS_ID"), cfg)
 	if err != nil {
 		fmt.Println("FAIL", err)
 		return 1

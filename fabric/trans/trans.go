@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hmc-go/hmc/auth"
+
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/comm"
 	"github.com/hmc-go/hmc/coord/store"
@@ -49,7 +51,8 @@ type Config struct {
 	// Kinds are the transports to serve and use, in order of preference: shared memory is
 	// used only for peers on this host. Default SHM, TCP; add UCX for UCX/RDMA (-tags ucx).
 	Kinds []transport.ConnType
-	// Secret and TLS secure the store link.
+	// Secret and TLS secure the store link; the secret also authenticates the hello/notify
+	// requests and every data link (package auth).
 	Secret []byte
 	TLS    *tls.Config
 	// Transports builds the transports; nil: comm.DefaultRegistry.
@@ -171,7 +174,7 @@ func Create(ctx context.Context, metadataURL, uniqueID string, cfg Config) (_ *E
 			kinds = append(kinds, k)
 		}
 	}
-	if e.mesh, err = mesh.New(e.table, mesh.Config{BindIP: host, Kinds: kinds, Transports: cfg.Transports, Logger: e.log}); err != nil {
+	if e.mesh, err = mesh.New(e.table, mesh.Config{BindIP: host, Kinds: kinds, Transports: cfg.Transports, Auth: auth.Config{Secret: cfg.Secret}, Logger: e.log}); err != nil {
 		return nil, fmt.Errorf("trans: %w", err)
 	}
 	if e.srv, err = rpc.Listen(uniqueID, e.handle, cfg.Timeout, cfg.Secret); err != nil {

@@ -371,3 +371,56 @@ func TestBatchesAndRegistration(t *testing.T) {
 		t.Errorf("a receiver initiating: %v", err)
 	}
 }
+
+// A target process with a secret serves an engine holding it, over TCP and shared memory, and
+// refuses one with another secret or none (ErrPermission) at the data link and at the request
+// socket that carries notifications (that no byte lands is the transports' RunAuth).
+func TestSecret(t *testing.T) {
+	t.Setenv("HMC_TRANS_SECRET", "kv-cache job")
+	tg := spawnTarget(t, "127.0.0.1:0", P2P)
+	for _, k := range []transport.ConnType{transport.TCP, transport.SHM} {
+		t.Run(k.String(), func(t *testing.T) {
+			ctx := testCtx(t)
+			src := make([]byte, 4096)
+			for i := range src {
+				src[i] = iterByte(7, i)
+			}
+			for name, secret := range map[string][]byte{"another secret": []byte("guess"), "none": nil} {
+				cfg := DefaultConfig()
+				cfg.Kinds, cfg.Secret = []transport.ConnType{k}, secret
+				e, err := Create(ctx, P2P, "127.0.0.1:0", cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := e.Register(memory.AddrOf(src), uint64(len(src))); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.Write(ctx, tg.id, memory.AddrOf(src), tg.addr, uint64(len(src))); !errors.Is(err, status.ErrPermission) {
+					t.Fatalf("%s: write: %v, want ErrPermission", name, err)
+				}
+				if err := e.SendNotify(ctx, tg.id, Notify{Msg: "check 7 4096"}); !errors.Is(err, status.ErrPermission) {
+					t.Fatalf("%s: notify: %v, want ErrPermission", name, err)
+				}
+				if err := e.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := DefaultConfig()
+			cfg.Kinds, cfg.Secret = []transport.ConnType{k}, []byte("kv-cache job")
+			e, err := Create(ctx, P2P, "127.0.0.1:0", cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			if err := e.Register(memory.AddrOf(src), uint64(len(src))); err != nil {
+				t.Fatal(err)
+			}
+			// With the secret, the write lands and the target checks it byte for byte.
+			note := &Notify{Msg: "check 7 4096"}
+			if err := e.Transfer(ctx, tg.id, []Request{{Op: Write, Local: memory.AddrOf(src), Remote: tg.addr, Size: 4096}}, note); err != nil {
+				t.Fatal(err)
+			}
+			waitNotify(t, e, "ok 7")
+		})
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/hmc-go/hmc/auth"
+
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/comm"
 	"github.com/hmc-go/hmc/memory"
@@ -54,8 +56,12 @@ type Config struct {
 	// Kinds are the transports to serve (TCP is always served: it names the process). SHM is
 	// served on its own socket for same-host peers; UCX and RDMA when the registry has them.
 	Kinds []transport.ConnType
-	// Transports builds the transports; nil: comm.DefaultRegistry with default settings.
+	// Transports builds the transports; nil: comm.DefaultRegistry with default settings and
+	// Auth.
 	Transports *comm.Registry
+	// Auth authenticates the data links when Transports is nil (comm.Config.Auth): the faces
+	// pass their Config.Secret, so a process without it can neither dial nor serve them.
+	Auth auth.Config
 	// Logger receives connection events; nil discards them.
 	Logger *slog.Logger
 }
@@ -97,7 +103,7 @@ func New(table *buffer.Table, cfg Config) (_ *Mesh, err error) {
 	}
 	reg := cfg.Transports
 	if reg == nil {
-		if reg, err = comm.DefaultRegistry(comm.DefaultConfig()); err != nil {
+		if reg, err = comm.DefaultRegistry(comm.Config{Auth: cfg.Auth}); err != nil {
 			return nil, err
 		}
 	}
