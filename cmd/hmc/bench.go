@@ -26,7 +26,7 @@ import (
 
 type benchFlags struct {
 	transport, op, sizes, mem, bufMem, mode, plot, chunk string
-	iters, warmup, lanes, window                         int
+	iters, warmup, lanes, window, shmWorkers             int
 	duration, busyPoll                                   time.Duration
 	verify, jsonOut, quiet, ucxAlloc                     bool
 	serverIP, metrics                                    string
@@ -44,6 +44,7 @@ func (f *benchFlags) add(cmd *cobra.Command) {
 	fl.IntVar(&f.warmup, "warmup", 5, "untimed iterations per size")
 	fl.IntVar(&f.lanes, "lanes", 0, "connections per peer (HMC num_chs; 0: transport default)")
 	fl.StringVar(&f.chunk, "chunk", "", "transport chunk size: larger transfers are split across lanes (default: the transport's)")
+	fl.IntVar(&f.shmWorkers, "shm-workers", 0, "copy goroutines per shared-memory endpoint (0: one per core, at most 8; 1: the caller alone)")
 	fl.IntVar(&f.window, "window", 1, "transfers in flight for put/get (1: blocking)")
 	fl.StringVar(&f.mem, "mem", "cpu", "where the source data lives: cpu|cuda|rocm")
 	fl.StringVar(&f.bufMem, "buffer-mem", "cpu", "where the client's ConnBuffer lives: cpu|cuda|rocm (a device buffer: plain put/get, moved or staged by the transport)")
@@ -93,7 +94,7 @@ func (f *benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
 		return bench.Config{}, err
 	}
 	cfg := bench.Config{Transport: ct, Op: f.op, Mode: f.mode, Sizes: sz, Iters: f.iters, Duration: f.duration,
-		Warmup: f.warmup, Lanes: f.lanes, Chunk: chunk, BusyPoll: f.busyPoll, Window: f.window, Mem: mt, BufferMem: bt, UCXAlloc: f.ucxAlloc, Verify: f.verify, Auth: a}
+		Warmup: f.warmup, Lanes: f.lanes, Chunk: chunk, BusyPoll: f.busyPoll, SHMWorkers: f.shmWorkers, Window: f.window, Mem: mt, BufferMem: bt, UCXAlloc: f.ucxAlloc, Verify: f.verify, Auth: a}
 	// Everything is checked before a server child starts or a byte is allocated.
 	if err := cfg.Validate(); err != nil {
 		return bench.Config{}, err

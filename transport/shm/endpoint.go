@@ -310,24 +310,16 @@ func copyWith(cfg *Config, h *helpers, dst, src []byte) {
 		pieceCopy(dst, src, cfg.PieceSize, big)
 		return
 	}
-	workers := uint64(cap(h.jobs) + 1)
-	j := &copyJob{dst: dst, src: src, n: n, big: big, pieceMin: cfg.PieceSize,
-		piece: max(cfg.PieceSize, (n/(workers*4)+4095)&^4095)}
-	j.left.Store(int64(n))
-	j.done = make(chan struct{})
-	for range workers - 1 {
-		select {
-		case h.jobs <- j:
-		default: // helpers busy with an earlier job's tail: do without them
-		}
+	start := time.Now()
+	shared := h.choice.pick(n, start)
+	if shared {
+		workers := uint64(cap(h.jobs) + 1)
+		h.share(&copyJob{dst: dst, src: src, n: n, big: big, pieceMin: cfg.PieceSize,
+			piece: max(cfg.PieceSize, (n/(workers*4)+4095)&^4095)}, int(workers-1))
+	} else {
+		pieceCopy(dst, src, cfg.PieceSize, big)
 	}
-	j.work()
-	for until := time.Now().Add(claimWait); j.left.Load() != 0; { // pieces claimed by helpers
-		if !time.Now().Before(until) { // time.Now is also the loop's preemption point
-			<-j.done
-			return
-		}
-	}
+	h.choice.record(n, shared, start, time.Now())
 }
 
 // Copier copies host memory the way the endpoints copy into and out of a peer's mapping:
@@ -369,25 +361,16 @@ func (c *Copier) CopyV(dsts, srcs [][]byte) {
 		}
 		return
 	}
-	if n == 0 {
-		return
-	}
-	j := &copyJob{vd: dsts, vs: srcs, n: n, pieceMin: c.cfg.PieceSize}
-	j.left.Store(int64(n))
-	j.done = make(chan struct{})
-	for range min(cap(c.helpers.jobs), len(srcs)-1) {
-		select {
-		case c.helpers.jobs <- j:
-		default:
+	start := time.Now()
+	shared := c.helpers.choice.pick(n, start)
+	if shared {
+		c.helpers.share(&copyJob{vd: dsts, vs: srcs, n: n, pieceMin: c.cfg.PieceSize}, min(cap(c.helpers.jobs), len(srcs)-1))
+	} else {
+		for i, s := range srcs {
+			pieceCopy(dsts[i][:len(s)], s, c.cfg.PieceSize, uint64(len(s)) > c.cfg.HugeCopy/2)
 		}
 	}
-	j.work()
-	for until := time.Now().Add(claimWait); j.left.Load() != 0; {
-		if !time.Now().Before(until) {
-			<-j.done
-			return
-		}
-	}
+	c.helpers.choice.record(n, shared, start, time.Now())
 }
 
 // Close stops the helpers; Copy must not be called after.
@@ -425,6 +408,7 @@ func (j *copyJob) workV() {
 	}
 }
 
+// work copies pieces of j until none is left to claim.
 func (j *copyJob) work() {
 	if j.vd != nil {
 		j.workV()
@@ -443,12 +427,34 @@ func (j *copyJob) work() {
 	}
 }
 
-// helpers are an endpoint's copy goroutines: GOMAXPROCS-1 of them (at most Workers-1).
+// helpers are an endpoint's copy goroutines: GOMAXPROCS-1 of them (at most Workers-1). Whether
+// a copy is shared with them or made by the caller alone is chosen per copy (chooser.go).
 type helpers struct {
 	jobs chan *copyJob
 	spin time.Duration
 	stop chan struct{}
 	wg   sync.WaitGroup
+
+	choice chooser
+}
+
+// share copies j on the caller and up to n helpers and waits for every piece.
+func (h *helpers) share(j *copyJob, n int) {
+	j.left.Store(int64(j.n))
+	j.done = make(chan struct{})
+	for range n {
+		select {
+		case h.jobs <- j:
+		default: // helpers busy with an earlier job's tail: do without them
+		}
+	}
+	j.work()
+	for until := time.Now().Add(claimWait); j.left.Load() != 0; { // pieces claimed by helpers
+		if !time.Now().Before(until) { // time.Now is also the loop's preemption point
+			<-j.done
+			return
+		}
+	}
 }
 
 func newHelpers(n int, spin time.Duration) *helpers {
