@@ -101,7 +101,7 @@ type Group struct {
 	waits   map[*wait]struct{}
 	onView  map[int]func(old, new View)
 	nextFn  int
-	pending []int // dead ranks to remove from the view
+	pending []death // dead ranks to remove from the view
 	viewCh  chan struct{}
 }
 
@@ -413,6 +413,12 @@ func (g *Group) follow() {
 	}
 }
 
+// death is a rank the store reported down, with the view version current when it did.
+type death struct {
+	rank int
+	at   int64
+}
+
 // rankDown is the store's rank-down callback.
 func (g *Group) rankDown(r int) {
 	g.mu.Lock()
@@ -424,7 +430,7 @@ func (g *Group) rankDown(r int) {
 		}
 	}
 	if !g.static {
-		g.pending = append(g.pending, r)
+		g.pending = append(g.pending, death{rank: r, at: g.view.Version})
 	}
 	g.mu.Unlock()
 	if g.cfg.OnEvent != nil {
@@ -441,6 +447,27 @@ func (g *Group) rankDown(r int) {
 	}
 }
 
+// leftSince reports whether some view after version at lacks rank r: its death, reported at
+// at, was then handled already (and a later view that has r again has a new process).
+func (g *Group) leftSince(ctx context.Context, r int, at int64) (bool, error) {
+	for v := at + 1; ; v++ {
+		b, err := g.st.Get(ctx, viewKey(v), 0)
+		if errors.Is(err, store.ErrNotExist) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		m, err := decodeMembers(b)
+		if err != nil {
+			return false, err
+		}
+		if !slices.Contains(m, r) {
+			return true, nil
+		}
+	}
+}
+
 // removal takes dead ranks out of the view (every live member races; one new view results).
 func (g *Group) removal() {
 	defer g.wg.Done()
@@ -451,13 +478,29 @@ func (g *Group) removal() {
 		case <-g.changes:
 		}
 		g.mu.Lock()
-		dead := g.pending
+		pending := g.pending
 		g.pending = nil
 		g.mu.Unlock()
-		if len(dead) == 0 {
+		if len(pending) == 0 {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(g.ctx, g.cfg.Timeout)
+		// A death another member already handled is not handled again: the rank may be back
+		// by now, a restarted process that rejoined, and removing it would expel the live one.
+		var dead []int
+		for _, d := range pending {
+			gone, err := g.leftSince(ctx, d.rank, d.at)
+			if err != nil && g.ctx.Err() == nil {
+				g.log.Warn("group: reading views", "err", err)
+			}
+			if !gone {
+				dead = append(dead, d.rank)
+			}
+		}
+		if len(dead) == 0 {
+			cancel()
+			continue
+		}
 		_, err := g.change(ctx, func(m []int) ([]int, bool) {
 			n := slices.DeleteFunc(m, func(r int) bool { return slices.Contains(dead, r) })
 			return n, len(n) != len(m)

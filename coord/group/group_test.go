@@ -420,3 +420,93 @@ func TestGroupEvents(t *testing.T) {
 		}
 	})
 }
+
+// A member that dies and comes back under its rank (a restarted process) rejoins, and the
+// group's barriers work again for all: whether its Join comes after the survivors removed its
+// dead predecessor or races with that removal.
+func TestRestartedMemberRejoins(t *testing.T) {
+	backends(t, func(t *testing.T, open opener) {
+		for _, wait := range []bool{true, false} {
+			t.Run(fmt.Sprintf("after_removal=%v", wait), func(t *testing.T) {
+				first := 20
+				if !wait {
+					first = 30
+				}
+				name := fmt.Sprintf("re%d", first)
+				cs := rankedFrom(t, open, first, 3)
+				gs := make([]*group.Group, 3)
+				down := make(chan struct{})
+				var once sync.Once
+				for i := range gs {
+					cfg := group.Config{}
+					if i == 0 {
+						cfg.OnEvent = func(e string, r int) {
+							if e == "member_down" && r == first+1 {
+								once.Do(func() { close(down) })
+							}
+						}
+					}
+					gs[i] = newGroup(t, cs[i], name, cfg)
+					if _, err := gs[i].Join(ctx(t)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, g := range gs {
+					if _, err := g.WaitView(ctx(t), func(v group.View) bool { return v.Size() == 3 }); err != nil {
+						t.Fatal(err)
+					}
+				}
+				all(t, 3, func(i int) error { return gs[i].Barrier(ctx(t)) })
+				_ = gs[1].Close()
+				_ = cs[1].Close() // rank first+1 dies
+				if wait {
+					for _, i := range []int{0, 2} {
+						if _, err := gs[i].WaitView(ctx(t), func(v group.View) bool { return !v.Has(first + 1) }); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				// The store frees the rank when it reports it down; the restarted process comes
+				// back right then, racing the survivors' removal of its predecessor.
+				<-down
+				c := open(t, store.Config{Ranking: store.Explicit, Rank: first + 1, WorldSize: 64})
+				gs[1] = newGroup(t, c, name, group.Config{})
+				joined, err := gs[1].Join(ctx(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, g := range gs {
+					v, err := g.WaitView(ctx(t), func(v group.View) bool { return v.Version >= joined.Version })
+					if err != nil {
+						t.Fatalf("member %d: %v", i, err)
+					}
+					t.Logf("member %d sees %+v", i, v)
+				}
+				for range 3 {
+					bctx, cancel := context.WithTimeout(ctx(t), 10*time.Second)
+					errs := make([]error, 3)
+					var wg sync.WaitGroup
+					for i := range 3 {
+						wg.Add(1)
+						go func() { defer wg.Done(); errs[i] = gs[i].Barrier(bctx) }()
+					}
+					wg.Wait()
+					cancel()
+					if err := errors.Join(errs...); err != nil {
+						for i, g := range gs {
+							t.Logf("member %d: view %+v err %v", i, g.View(), errs[i])
+						}
+						t.Fatal(err)
+					}
+				}
+				// No member removed the rejoined one for its predecessor's death.
+				time.Sleep(200 * time.Millisecond)
+				for i, g := range gs {
+					if v := g.View(); !v.Has(first+1) || v.Version != joined.Version {
+						t.Fatalf("member %d: view %+v after the rejoin (joined in %d)", i, v, joined.Version)
+					}
+				}
+			})
+		}
+	})
+}

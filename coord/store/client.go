@@ -10,6 +10,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,9 +35,10 @@ type tcpClient struct {
 }
 
 type reply struct {
-	code Code
-	body []byte // the reply's body: a packed message (Get, CompareAndSwap) or bare bytes (the others)
-	lost bool   // the link ended
+	code   Code
+	body   []byte // the reply's body: a packed message (Get, CompareAndSwap) or bare bytes (the others)
+	lost   bool   // the link ended
+	events int64  // rank-down events read before this reply: delivered before it returns
 }
 
 // writeTimeout bounds one frame write: a store that does not read is a dead store.
@@ -219,7 +221,7 @@ func (c *tcpClient) readLoop() {
 		delete(c.pending, h.Seq)
 		c.mu.Unlock()
 		if ch != nil {
-			ch <- reply{code: h.Result, body: body}
+			ch <- reply{code: h.Result, body: body, events: c.watch.posted()}
 		}
 	}
 	c.fail(fmt.Errorf("%w: %w", ErrIO, err))
@@ -270,6 +272,9 @@ func (c *tcpClient) call(ctx context.Context, m *message) (Code, []byte, error) 
 		if r.lost {
 			return 0, nil, c.linkErr()
 		}
+		// A rank-down the store sent before this reply reaches the callbacks first: a group
+		// that reads a view made after a rank died has been told of the death by then.
+		c.watch.await(ctx, r.events)
 		return r.code, r.body, nil
 	case <-ctx.Done():
 		c.mu.Lock()
@@ -450,6 +455,11 @@ func (c *tcpClient) Close() error {
 // rankWatchers delivers rank-down events to callbacks, in order, from one goroutine; the
 // queue is unbounded but holds at most one entry per lost link.
 type rankWatchers struct {
+	// Events are numbered as they are read; delivered counts those whose callbacks have run.
+	// A reply read after event n waits (await) until delivered reaches n.
+	npost, ndone atomic.Int64
+	delivered    chan struct{} // closed and replaced when ndone moves
+
 	mu     sync.Mutex
 	fns    map[int]func(int)
 	next   int
@@ -460,7 +470,7 @@ type rankWatchers struct {
 }
 
 func newRankWatchers() *rankWatchers {
-	w := &rankWatchers{fns: map[int]func(int){}, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	w := &rankWatchers{fns: map[int]func(int){}, kick: make(chan struct{}, 1), done: make(chan struct{}), delivered: make(chan struct{})}
 	go w.loop() // owned by w: close stops and waits
 	return w
 }
@@ -478,9 +488,32 @@ func (w *rankWatchers) add(fn func(int)) func() {
 	}
 }
 
+// posted returns how many events were read so far.
+func (w *rankWatchers) posted() int64 { return w.npost.Load() }
+
+// await returns once the first n events' callbacks have run, ctx ends, or the watchers stop.
+func (w *rankWatchers) await(ctx context.Context, n int64) {
+	for w.ndone.Load() < n {
+		w.mu.Lock()
+		ch, closed := w.delivered, w.closed
+		w.mu.Unlock()
+		if closed || w.ndone.Load() >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		case <-w.done:
+			return
+		}
+	}
+}
+
 func (w *rankWatchers) post(rank int) {
 	w.mu.Lock()
 	w.queue = append(w.queue, rank)
+	w.npost.Add(1)
 	w.mu.Unlock()
 	select {
 	case w.kick <- struct{}{}:
@@ -520,6 +553,11 @@ func (w *rankWatchers) loop() {
 			for _, f := range fns {
 				f(r)
 			}
+			w.mu.Lock()
+			w.ndone.Add(1)
+			close(w.delivered)
+			w.delivered = make(chan struct{})
+			w.mu.Unlock()
 		}
 	}
 }
