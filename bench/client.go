@@ -12,16 +12,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hmc-go/hmc/transport/shm"
-
 	"github.com/hmc-go/hmc/auth"
-
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/comm"
 	"github.com/hmc-go/hmc/ctrl"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
+	"github.com/hmc-go/hmc/transport/shm"
 	"github.com/hmc-go/hmc/transport/tcp"
 	"github.com/hmc-go/hmc/transport/ucx"
 )

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/hmc-go/hmc/auth"
-
 	"github.com/hmc-go/hmc/comm"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"

@@ -10,10 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hmc-go/hmc/auth"
-
 	"golang.org/x/sys/unix"
 
+	"github.com/hmc-go/hmc/auth"
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/coord/group"
 	"github.com/hmc-go/hmc/coord/store"

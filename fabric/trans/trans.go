@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/hmc-go/hmc/auth"
-
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/comm"
 	"github.com/hmc-go/hmc/coord/store"

@@ -13,10 +13,9 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/hmc-go/hmc/auth"
-
 	"golang.org/x/sys/unix"
 
+	"github.com/hmc-go/hmc/auth"
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"

@@ -6,10 +6,9 @@ import (
 	"net"
 	"time"
 
-	"github.com/hmc-go/hmc/auth"
-
 	"golang.org/x/sys/unix"
 
+	"github.com/hmc-go/hmc/auth"
 	"github.com/hmc-go/hmc/internal/acceptor"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"

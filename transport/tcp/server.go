@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/hmc-go/hmc/auth"
-
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/internal/acceptor"
 	"github.com/hmc-go/hmc/status"

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/hmc-go/hmc/auth"
-
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )

@@ -20,7 +20,6 @@ import (
 	"unsafe"
 
 	"github.com/hmc-go/hmc/auth"
-
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"

@@ -18,7 +18,6 @@ import (
 	"unsafe"
 
 	"github.com/hmc-go/hmc/auth"
-
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/internal/acceptor"
 	"github.com/hmc-go/hmc/memory"

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/hmc-go/hmc/auth"
-
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"

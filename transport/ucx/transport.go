@@ -19,7 +19,6 @@ import (
 	"unsafe"
 
 	"github.com/hmc-go/hmc/auth"
-
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )

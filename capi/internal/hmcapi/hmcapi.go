@@ -14,9 +14,8 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/hmc-go/hmc/auth"
-
 	hmc "github.com/hmc-go/hmc"
+	"github.com/hmc-go/hmc/auth"
 	"github.com/hmc-go/hmc/capi/internal/cabi"
 	"github.com/hmc-go/hmc/collective"
 	"github.com/hmc-go/hmc/comm"
