@@ -72,6 +72,9 @@ func (p *PKI) Cert(t testing.TB, name string) tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
+// Pool returns a certificate pool holding the authority, for RootCAs and ClientCAs.
+func (p *PKI) Pool() *x509.CertPool { return p.pool }
+
 // Peer returns a mutual-TLS configuration for a peer named name: its certificate and this
 // authority as the one its peers must chain to.
 func (p *PKI) Peer(t testing.TB, name string) *tls.Config {

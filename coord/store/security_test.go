@@ -2,18 +2,14 @@ package store_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"io"
-	"math/big"
 	"net"
 	"testing"
 	"time"
+
+	"github.com/hmc-go/hmc/auth/authtest"
 
 	"github.com/hmc-go/hmc/coord/store"
 )
@@ -76,52 +72,18 @@ func TestSharedSecret(t *testing.T) {
 	}
 }
 
-type pki struct {
-	ca   *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newPKI(t *testing.T) *pki {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "hmc test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	return &pki{ca, key, pool}
-}
-
-func (p *pki) cert(t *testing.T, name string, usage x509.ExtKeyUsage) tls.Certificate {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
 func TestMutualTLS(t *testing.T) {
-	p := newPKI(t)
+	p := authtest.NewPKI(t)
 	srv, err := store.Listen("tcp://127.0.0.1:0", store.ServerConfig{TLS: &tls.Config{
-		Certificates: []tls.Certificate{p.cert(t, "store", x509.ExtKeyUsageServerAuth)},
-		ClientAuth:   tls.RequireAndVerifyClientCert, ClientCAs: p.pool,
+		Certificates: []tls.Certificate{p.Cert(t, "store")},
+		ClientAuth:   tls.RequireAndVerifyClientCert, ClientCAs: p.Pool(),
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
 	ctx := context.Background()
-	good := &tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.cert(t, "rank0", x509.ExtKeyUsageClientAuth)}}
+	good := &tls.Config{RootCAs: p.Pool(), Certificates: []tls.Certificate{p.Cert(t, "rank0")}}
 	c, err := store.Open(ctx, srv.URL(), store.Config{TLS: good})
 	if err != nil {
 		t.Fatal(err)
@@ -130,12 +92,12 @@ func TestMutualTLS(t *testing.T) {
 	if n, err := c.Add(ctx, "n", 2); err != nil || n != 2 {
 		t.Fatalf("Add over TLS = %d %v", n, err)
 	}
-	other := newPKI(t)
+	other := authtest.NewPKI(t)
 	for name, cfg := range map[string]*tls.Config{
-		"no client cert":     {RootCAs: p.pool},
-		"untrusted cert":     {RootCAs: p.pool, Certificates: []tls.Certificate{other.cert(t, "intruder", x509.ExtKeyUsageClientAuth)}},
-		"untrusted server":   {RootCAs: other.pool, Certificates: []tls.Certificate{p.cert(t, "rank1", x509.ExtKeyUsageClientAuth)}},
-		"TLS 1.2 max (weak)": {RootCAs: p.pool, MaxVersion: tls.VersionTLS12, Certificates: []tls.Certificate{p.cert(t, "old", x509.ExtKeyUsageClientAuth)}},
+		"no client cert":     {RootCAs: p.Pool()},
+		"untrusted cert":     {RootCAs: p.Pool(), Certificates: []tls.Certificate{other.Cert(t, "intruder")}},
+		"untrusted server":   {RootCAs: other.Pool(), Certificates: []tls.Certificate{p.Cert(t, "rank1")}},
+		"TLS 1.2 max (weak)": {RootCAs: p.Pool(), MaxVersion: tls.VersionTLS12, Certificates: []tls.Certificate{p.Cert(t, "old")}},
 	} {
 		bad, err := store.Open(ctx, srv.URL(), store.Config{TLS: cfg, DialTimeout: 2 * time.Second})
 		if err == nil {
