@@ -103,6 +103,8 @@ type Group struct {
 	nextFn  int
 	pending []death // dead ranks to remove from the view
 	viewCh  chan struct{}
+	joined  bool // Join succeeded and Leave was not called: a view without this rank is a mistake
+	dropped bool // a view dropped this joined rank: the membership goroutine joins again
 }
 
 // wait is a collective in progress: it fails when one of its members goes down.
@@ -251,6 +253,19 @@ func decodeMembers(b []byte) ([]int, error) {
 
 func viewKey(v int64) string { return "view/" + strconv.FormatInt(v, 10) }
 
+// readView reads view version v (store.ErrNotExist: not created yet).
+func (g *Group) readView(ctx context.Context, v int64) (View, error) {
+	b, err := g.st.Get(ctx, viewKey(v), 0)
+	if err != nil {
+		return View{}, err
+	}
+	m, err := decodeMembers(b)
+	if err != nil {
+		return View{}, err
+	}
+	return View{Version: v, Members: m}, nil
+}
+
 // latest reads the newest view, starting from the version hint and probing forward.
 func (g *Group) latest(ctx context.Context, from View) (View, error) {
 	v := from
@@ -258,31 +273,20 @@ func (g *Group) latest(ctx context.Context, from View) (View, error) {
 	if err != nil {
 		return v, err
 	}
-	next := max(hint, v.Version)
-	if next > v.Version {
-		b, err := g.st.Get(ctx, viewKey(next), 0)
-		if err != nil {
-			return v, err
+	if hint > v.Version {
+		if v, err = g.readView(ctx, hint); err != nil {
+			return from, err
 		}
-		m, err := decodeMembers(b)
-		if err != nil {
-			return v, err
-		}
-		v = View{Version: next, Members: m}
 	}
 	for {
-		b, err := g.st.Get(ctx, viewKey(v.Version+1), 0)
+		next, err := g.readView(ctx, v.Version+1)
 		if errors.Is(err, store.ErrNotExist) {
 			return v, nil
 		}
 		if err != nil {
 			return v, err
 		}
-		m, err := decodeMembers(b)
-		if err != nil {
-			return v, err
-		}
-		v = View{Version: v.Version + 1, Members: m}
+		v = next
 	}
 }
 
@@ -334,6 +338,11 @@ func (g *Group) Join(ctx context.Context) (View, error) {
 	if err == nil && !v.Has(g.rank) {
 		err = fmt.Errorf("%w: group is full (%d members)", store.ErrFailed, v.Size())
 	}
+	if err == nil {
+		g.mu.Lock()
+		g.joined = true
+		g.mu.Unlock()
+	}
 	return v, err
 }
 
@@ -341,6 +350,9 @@ func (g *Group) Join(ctx context.Context) (View, error) {
 func (g *Group) Leave(ctx context.Context) (View, error) {
 	ctx, cancel := g.deadline(ctx)
 	defer cancel()
+	g.mu.Lock()
+	g.joined = false
+	g.mu.Unlock()
 	return g.change(ctx, func(m []int) ([]int, bool) {
 		i := slices.Index(m, g.rank)
 		if i < 0 {
@@ -370,6 +382,17 @@ func (g *Group) adopt(v View) {
 		}
 	}
 	g.coll = g.newCollective("c/"+strconv.FormatInt(v.Version, 10)+"/", v.Members)
+	if g.joined && !v.Has(g.rank) {
+		// Removed while alive: a survivor acted on a death reported late (its rank-down
+		// event and the view that removed the dead process can reach members in either
+		// order, and on etcd they travel on separate watches), or the rank was cut off
+		// from the store long enough to be taken for dead. It joins again.
+		g.dropped = true
+		select {
+		case g.changes <- struct{}{}:
+		default:
+		}
+	}
 	close(g.viewCh)
 	g.viewCh = make(chan struct{})
 	fns := make([]func(old, new View), 0, len(g.onView))
@@ -451,18 +474,14 @@ func (g *Group) rankDown(r int) {
 // at, was then handled already (and a later view that has r again has a new process).
 func (g *Group) leftSince(ctx context.Context, r int, at int64) (bool, error) {
 	for v := at + 1; ; v++ {
-		b, err := g.st.Get(ctx, viewKey(v), 0)
+		view, err := g.readView(ctx, v)
 		if errors.Is(err, store.ErrNotExist) {
 			return false, nil
 		}
 		if err != nil {
 			return false, err
 		}
-		m, err := decodeMembers(b)
-		if err != nil {
-			return false, err
-		}
-		if !slices.Contains(m, r) {
+		if !view.Has(r) {
 			return true, nil
 		}
 	}
@@ -478,9 +497,18 @@ func (g *Group) removal() {
 		case <-g.changes:
 		}
 		g.mu.Lock()
-		pending := g.pending
-		g.pending = nil
+		pending, dropped := g.pending, g.dropped
+		g.pending, g.dropped = nil, false
 		g.mu.Unlock()
+		if dropped {
+			ctx, cancel := context.WithTimeout(g.ctx, g.cfg.Timeout)
+			if v, err := g.Join(ctx); err != nil && g.ctx.Err() == nil {
+				g.log.Warn("group: joining again after being dropped", "err", err)
+			} else if err == nil {
+				g.log.Info("group: joined again after being dropped", "view", v.Version)
+			}
+			cancel()
+		}
 		if len(pending) == 0 {
 			continue
 		}
