@@ -491,8 +491,15 @@ func (w *rankWatchers) add(fn func(int)) func() {
 // posted returns how many events were read so far.
 func (w *rankWatchers) posted() int64 { return w.npost.Load() }
 
-// await returns once the first n events' callbacks have run, ctx ends, or the watchers stop.
+// await returns once the first n events' callbacks have run, ctx ends, the watchers stop, or
+// awaitMax passed: a callback that itself calls the store (and so waits for its own event)
+// costs that much, not a deadlock.
 func (w *rankWatchers) await(ctx context.Context, n int64) {
+	if w.ndone.Load() >= n {
+		return
+	}
+	limit := time.NewTimer(awaitMax)
+	defer limit.Stop()
 	for w.ndone.Load() < n {
 		w.mu.Lock()
 		ch, closed := w.delivered, w.closed
@@ -506,9 +513,14 @@ func (w *rankWatchers) await(ctx context.Context, n int64) {
 			return
 		case <-w.done:
 			return
+		case <-limit.C:
+			return
 		}
 	}
 }
+
+// awaitMax bounds a reply's wait for earlier rank-down callbacks.
+const awaitMax = 100 * time.Millisecond
 
 func (w *rankWatchers) post(rank int) {
 	w.mu.Lock()

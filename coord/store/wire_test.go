@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -307,5 +309,84 @@ func TestIPv6(t *testing.T) {
 	defer c.Close()
 	if err := c.Set(context.Background(), "v6", []byte("ok")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A rank-down the store sent before a reply reaches the callbacks before that reply returns:
+// a client that reads what another wrote after a rank died has been told of the death. A
+// callback that itself calls the store is delayed a little, not deadlocked.
+func TestRankDownBeforeLaterReplies(t *testing.T) {
+	srv, err := Listen("tcp://127.0.0.1:0", ServerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+	obs, err := Open(ctx, srv.URL(), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	var seen atomic.Int64
+	slow := make(chan struct{}) // the callback dawdles, so an unordered reply would overtake it
+	defer obs.WatchRankDown(func(r int) {
+		<-slow
+		seen.Store(int64(r) + 1)
+	})()
+	for round := range 20 {
+		rank := 1 + round%3
+		dying, err := Open(ctx, srv.URL(), Config{Ranking: Explicit, Rank: rank, WorldSize: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = dying.Close()
+		// Whoever takes the rank again can do so only after the store let it go (and queued
+		// the event to obs); what it writes reaches obs after the event.
+		var next Client
+		for {
+			if next, err = Open(ctx, srv.URL(), Config{Ranking: Explicit, Rank: rank, WorldSize: 8}); err == nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		key := fmt.Sprintf("after%d", round)
+		if err := next.Set(ctx, key, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		go func() { time.Sleep(2 * time.Millisecond); slow <- struct{}{} }()
+		if _, err := obs.Get(ctx, key, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if got := seen.Load(); got != int64(rank)+1 {
+			t.Fatalf("round %d: Get returned before the rank-down callback of rank %d ran (saw %d)", round, rank, got-1)
+		}
+		seen.Store(0)
+		_ = next.Close()
+		go func() { slow <- struct{}{} }() // next's own rank-down
+		for seen.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		seen.Store(0)
+	}
+	// A callback that calls the store waits for at most awaitMax, then goes on.
+	done := make(chan time.Duration, 1)
+	defer obs.WatchRankDown(func(int) {
+		start := time.Now()
+		_, _ = obs.Add(ctx, "from-callback", 1)
+		done <- time.Since(start)
+	})()
+	close(slow)
+	c, err := Open(ctx, srv.URL(), Config{Ranking: Explicit, Rank: 5, WorldSize: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close()
+	select {
+	case d := <-done:
+		if d > 5*awaitMax {
+			t.Fatalf("a store call from a callback took %v", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a store call from a rank-down callback deadlocked")
 	}
 }
