@@ -1,0 +1,68 @@
+// Package netnstest makes network namespaces for tests: "another host" as far as the network
+// stack goes, joined to the test's own namespace by a veth pair. Creating them needs root and
+// iproute2; without them a test is skipped with the reason, or fails when HMC_REQUIRE_NETNS=1
+// (as CI sets). Everything is removed by t.Cleanup, and traffic stays on the pair.
+package netnstest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// NS is a network namespace joined to the test's by a veth pair.
+type NS struct {
+	Name         string // for `ip netns exec Name ...`
+	HostIP, NSIP string // this side's and the namespace's addresses on the pair
+	HostIf, NSIf string // the pair's ends
+}
+
+// New makes a namespace, or skips (fails with HMC_REQUIRE_NETNS=1) when it cannot.
+func New(t testing.TB) *NS {
+	t.Helper()
+	skip := func(why string) {
+		if os.Getenv("HMC_REQUIRE_NETNS") == "1" {
+			t.Fatalf("HMC_REQUIRE_NETNS=1 but %s", why)
+		}
+		t.Skip(why)
+	}
+	if os.Geteuid() != 0 {
+		skip("network namespaces need root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		skip("ip (iproute2) not found")
+	}
+	var r [3]byte
+	_, _ = rand.Read(r[:])
+	id := hex.EncodeToString(r[:])
+	n := &NS{Name: "hmc-" + id, HostIf: "vh" + id, NSIf: "vn" + id,
+		HostIP: "10.77." + strconv.Itoa(int(r[0])) + ".1", NSIP: "10.77." + strconv.Itoa(int(r[0])) + ".2"}
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			skip("ip " + strings.Join(args, " ") + ": " + err.Error() + ": " + string(out))
+		}
+	}
+	run("netns", "add", n.Name)
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "netns", "del", n.Name).Run() // removes the pair too
+		_ = exec.Command("ip", "link", "del", n.HostIf).Run()
+	})
+	run("link", "add", n.HostIf, "type", "veth", "peer", "name", n.NSIf)
+	run("link", "set", n.NSIf, "netns", n.Name)
+	run("addr", "add", n.HostIP+"/24", "dev", n.HostIf)
+	run("link", "set", n.HostIf, "up")
+	run("netns", "exec", n.Name, "ip", "addr", "add", n.NSIP+"/24", "dev", n.NSIf)
+	run("netns", "exec", n.Name, "ip", "link", "set", n.NSIf, "up")
+	run("netns", "exec", n.Name, "ip", "link", "set", "lo", "up")
+	return n
+}
+
+// Command returns cmd to run inside the namespace.
+func (n *NS) Command(name string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
+}
