@@ -428,3 +428,83 @@ func TestSecret(t *testing.T) {
 		})
 	}
 }
+
+// The store (the metadata server) killed while batches run: batches to a peer already known
+// keep completing (the data plane does not need the store) or fail with a typed error within
+// their deadline; none hangs, and the bytes of those that complete are right. A peer not yet
+// known cannot be looked up, with a typed error, not a hang.
+func TestStoreKilledMidBatch(t *testing.T) {
+	srv, err := store.Listen("tcp://127.0.0.1:0", store.ServerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	tg := spawnTarget(t, "127.0.0.1:0", srv.URL())
+	e := initiator(t, srv.URL(), transport.TCP)
+	ctx := testCtx(t)
+	const n = 256 << 10
+	src := make([]byte, n)
+	if err := e.Register(memory.AddrOf(src), n); err != nil {
+		t.Fatal(err)
+	}
+	batch := func(i int) error {
+		for j := range src {
+			src[j] = iterByte(i, j)
+		}
+		bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		reqs := []Request{{Op: Write, Local: memory.AddrOf(src), Remote: tg.addr, Size: n / 2},
+			{Op: Write, Local: memory.AddrOf(src) + n/2, Remote: tg.addr + n/2, Size: n / 2}}
+		start := time.Now()
+		err := e.Transfer(bctx, tg.id, reqs, &Notify{Msg: fmt.Sprintf("check %d %d", i, n)})
+		if time.Since(start) > 15*time.Second {
+			t.Fatalf("batch %d took %v", i, time.Since(start))
+		}
+		return err
+	}
+	if err := batch(0); err != nil {
+		t.Fatal(err)
+	}
+	waitNotify(t, e, "ok 0")
+	stop := make(chan struct{})
+	errs := make(chan error, 1)
+	go func() { // batches while the store dies
+		defer close(errs)
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := batch(i); err != nil {
+				errs <- err
+				return
+			}
+			waitNotify(t, e, fmt.Sprintf("ok %d", i))
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	_ = srv.Close() // the store process is gone
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	if err, ok := <-errs; ok && err != nil {
+		if status.CodeOf(err) == status.Success {
+			t.Fatalf("untyped error after the store died: %v", err)
+		}
+		t.Logf("a batch failed after the store died (typed): %v", err)
+	}
+	// The known peer is still reached.
+	if err := batch(1000); err != nil {
+		t.Fatalf("batch to a known peer without the store: %v", err)
+	}
+	waitNotify(t, e, "ok 1000")
+	// An unknown peer cannot be found, promptly and typed.
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = e.Write(lctx, "127.0.0.1:1", memory.AddrOf(src), tg.addr, 8)
+	if err == nil || status.CodeOf(err) == status.Success || time.Since(start) > 6*time.Second {
+		t.Fatalf("write to an unknown peer without the store: %v after %v", err, time.Since(start))
+	}
+	t.Logf("unknown peer without the store: %v", err)
+}
