@@ -176,21 +176,9 @@ func Client(c net.Conn, cfg Config, proto string, deadline time.Time) (net.Conn,
 	if theirs.status != stOK || theirs.flags != mine.flags {
 		return nil, denied("%s demands %s, this side offers %s", peer(c), describe(theirs.flags), describe(mine.flags))
 	}
-	conn := c
-	if cfg.TLS != nil {
-		tc := cfg.TLS.Clone()
-		tc.MinVersion = tls.VersionTLS13
-		if tc.ServerName == "" {
-			tc.ServerName, _, _ = net.SplitHostPort(peer(c))
-		}
-		t := tls.Client(c, tc)
-		if err := t.Handshake(); err != nil {
-			return nil, denied("TLS with %s: %v", peer(c), err)
-		}
-		conn = t
-	}
-	if len(cfg.Secret) == 0 {
-		return conn, nil
+	conn, err := startTLS(c, cfg.TLS, false)
+	if err != nil || len(cfg.Secret) == 0 {
+		return conn, err
 	}
 	if _, err := conn.Write(mac(cfg.Secret, "hmc-auth "+proto+" initiator", theirs.nonce[:], mine.nonce[:])); err != nil {
 		return nil, ioErr(err)
@@ -250,24 +238,9 @@ func Server(c net.Conn, cfg Config, proto string, deadline time.Time) (net.Conn,
 	if _, err := c.Write(mine.encode(true)); err != nil {
 		return nil, ioErr(err)
 	}
-	conn := c
-	if cfg.TLS != nil {
-		tc := cfg.TLS.Clone()
-		tc.MinVersion = tls.VersionTLS13
-		if tc.ClientAuth < tls.RequireAndVerifyClientCert {
-			tc.ClientAuth = tls.RequireAndVerifyClientCert
-		}
-		if tc.ClientCAs == nil {
-			tc.ClientCAs = tc.RootCAs
-		}
-		t := tls.Server(c, tc)
-		if err := t.Handshake(); err != nil {
-			return nil, denied("TLS with %s: %v", peer(c), err)
-		}
-		conn = t
-	}
-	if len(cfg.Secret) == 0 {
-		return conn, nil
+	conn, err := startTLS(c, cfg.TLS, true)
+	if err != nil || len(cfg.Secret) == 0 {
+		return conn, err
 	}
 	proof := make([]byte, macLen)
 	if _, err := io.ReadFull(conn, proof); err != nil {
@@ -282,6 +255,35 @@ func Server(c net.Conn, cfg Config, proto string, deadline time.Time) (net.Conn,
 		return nil, ioErr(err)
 	}
 	return conn, nil
+}
+
+// startTLS runs TLS 1.3 over c with tc (none: c itself), as the server (accepting) or the
+// client, verifying the other side's certificate both ways: a client checks the server's
+// against the dialled address unless tc names a server, a server demands a client's chained
+// to ClientCAs (RootCAs when unset).
+func startTLS(c net.Conn, tc *tls.Config, server bool) (net.Conn, error) {
+	if tc == nil {
+		return c, nil
+	}
+	tc = tc.Clone()
+	tc.MinVersion = tls.VersionTLS13
+	var t *tls.Conn
+	if server {
+		tc.ClientAuth = max(tc.ClientAuth, tls.RequireAndVerifyClientCert)
+		if tc.ClientCAs == nil {
+			tc.ClientCAs = tc.RootCAs
+		}
+		t = tls.Server(c, tc)
+	} else {
+		if tc.ServerName == "" {
+			tc.ServerName, _, _ = net.SplitHostPort(peer(c))
+		}
+		t = tls.Client(c, tc)
+	}
+	if err := t.Handshake(); err != nil {
+		return nil, denied("TLS with %s: %v", peer(c), err)
+	}
+	return t, nil
 }
 
 // Refuse is for a target that does not authenticate: b is the start of what it read as the
