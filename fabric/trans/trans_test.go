@@ -291,9 +291,12 @@ func TestBatchesAndRegistration(t *testing.T) {
 	bufs := make([][]byte, 1000)
 	var list []Buffer
 	for i := range bufs {
-		bufs[i] = make([]byte, 4096+i) // separate allocations: not coalesced
-		bufs[i][0] = byte(i)
-		list = append(list, Buffer{Addr: memory.AddrOf(bufs[i]), Size: uint64(len(bufs[i]))})
+		// Separate allocations, each registered with a gap at both ends: two that the
+		// allocator placed back to back must not become one coalesced region spanning both
+		// (checkptr refuses such a slice under -race).
+		bufs[i] = make([]byte, 4096+i+64)
+		bufs[i][32] = byte(i)
+		list = append(list, Buffer{Addr: memory.AddrOf(bufs[i][32:]), Size: uint64(4096 + i)})
 	}
 	start := time.Now()
 	if err := e.BatchRegister(list); err != nil {
@@ -374,7 +377,17 @@ func TestBatchesAndRegistration(t *testing.T) {
 	if err := r.Write(ctx, tg.id, memory.AddrOf(src), tg.addr, 8); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Errorf("a receiver initiating: %v", err)
 	}
+	// The engine holds addresses, as its callers' memory: the Go buffers registered above
+	// must outlive their registrations, which end when the engine closes in t.Cleanup (the
+	// collector had freed some mid-BatchRegister: checkptr caught a registration of an
+	// unallocated span under -race).
+	registered = append(registered, big)
+	registered = append(registered, bufs...)
 }
+
+// registered keeps Go buffers that tests registered with an engine alive until the process
+// ends.
+var registered [][]byte
 
 // A target process with a secret serves an engine holding it, over TCP and shared memory, and
 // refuses one with another secret or none (ErrPermission) at the data link and at the request
