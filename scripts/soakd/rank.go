@@ -128,13 +128,9 @@ func rankMain(args []string) error {
 			lastBarrier = time.Now()
 			bctx, cancel := context.WithTimeout(ctx, opTimeout)
 			inflight.Store(time.Now().UnixNano())
+			// A rank cut off from the store long enough to be taken for dead is dropped from
+			// the group and joins again by itself (coord/group): not_member errors until then.
 			err := g.Barrier(bctx)
-			if errors.Is(err, group.ErrNotMember) {
-				// Cut off from the store long enough to be taken for dead, this rank was
-				// removed from the group: it joins again, as a restarted process does.
-				_, jerr := g.Join(bctx)
-				st.count("rejoin", jerr)
-			}
 			inflight.Store(0)
 			cancel()
 			st.count("barrier", err)
