@@ -66,34 +66,7 @@ func TestBenchRefusesWrongCredentials(t *testing.T) {
 	for _, tr := range []string{"tcp", "shm"} {
 		t.Run(tr, func(t *testing.T) {
 			exe, _ := os.Executable()
-			srv := exec.Command(exe, "bench", "server", "--transport", tr, "--data-port", "0", "--ctrl-port", "0", "--buffer", "4MiB", "--keep-serving", "--secret-file", sec)
-			out, _ := srv.StdoutPipe()
-			srv.Stderr = os.Stderr
-			if err := srv.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
-			var addr string
-			var ctrlPort int
-			ready := make(chan error, 1)
-			go func() {
-				sc := bufio.NewScanner(out)
-				if !sc.Scan() {
-					ready <- fmt.Errorf("server said nothing")
-					return
-				}
-				_, err := fmt.Sscanf(sc.Text(), "READY %s %d", &addr, &ctrlPort)
-				ready <- err
-			}()
-			select {
-			case err := <-ready:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("server did not start")
-			}
-			port := addr[strings.LastIndex(addr, ":")+1:]
+			port, ctrlPort := startBenchServer(t, exec.Command(exe, "bench", "server", "--transport", tr, "--data-port", "0", "--ctrl-port", "0", "--buffer", "4MiB", "--keep-serving", "--secret-file", sec))()
 			client := func(auth ...string) (string, error) {
 				return run(t, append([]string{"bench", "client", "--transport", tr, "--data-port", port, "--ctrl-port", fmt.Sprint(ctrlPort),
 					"--sizes", "4KiB", "--iters", "5", "--verify", "--quiet"}, auth...)...)
@@ -113,5 +86,45 @@ func TestBenchRefusesWrongCredentials(t *testing.T) {
 				t.Fatalf("right secret after the refusals: %v\n%s", err, out)
 			}
 		})
+	}
+}
+
+// startBenchServer starts srv, an `hmc bench server ... --keep-serving` of the test binary (the
+// caller sets HMC_TEST_AS_HMC=1 in its environment), and returns next, which waits for the
+// server's next READY line and gives its data and control ports: after each client that ran,
+// the server starts again on fresh ports and says READY again.
+func startBenchServer(t *testing.T, srv *exec.Cmd) (next func() (dataPort string, ctrlPort int)) {
+	t.Helper()
+	out, err := srv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+	ready := make(chan string, 1)
+	go func() { // ends when the server's stdout closes
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "READY ") {
+				ready <- sc.Text()
+			}
+		}
+	}()
+	return func() (string, int) {
+		t.Helper()
+		var addr string
+		var ctrlPort int
+		select {
+		case l := <-ready:
+			if _, err := fmt.Sscanf(l, "READY %s %d", &addr, &ctrlPort); err != nil {
+				t.Fatal(l, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("bench server did not start")
+		}
+		return addr[strings.LastIndex(addr, ":")+1:], ctrlPort
 	}
 }

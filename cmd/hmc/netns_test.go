@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hmc-go/hmc/internal/netnstest"
 )
@@ -21,35 +19,11 @@ func TestAutoInsideAndAcrossNamespaces(t *testing.T) {
 	srv := ns.Command(exe, "bench", "server", "--bind", ns.NSIP, "--data-port", "0", "--ctrl-port", "0",
 		"--transport", "auto", "--buffer", "4MiB", "--keep-serving")
 	srv.Env = append(os.Environ(), "HMC_TEST_AS_HMC=1")
-	out, _ := srv.StdoutPipe()
-	srv.Stderr = os.Stderr
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "READY ") {
-				ready <- sc.Text()
-			}
-		}
-	}()
+	server := startBenchServer(t, srv)
 	// Each client gets a fresh server on fresh ports (--keep-serving says READY again).
 	next := func() []string {
-		t.Helper()
-		var addr string
-		var ctrlPort int
-		select {
-		case l := <-ready:
-			if _, err := fmt.Sscanf(l, "READY %s %d", &addr, &ctrlPort); err != nil {
-				t.Fatal(l, err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("server in the namespace did not start")
-		}
-		return []string{"bench", "client", "--server-ip", ns.NSIP, "--data-port", addr[strings.LastIndex(addr, ":")+1:],
+		port, ctrlPort := server()
+		return []string{"bench", "client", "--server-ip", ns.NSIP, "--data-port", port,
 			"--ctrl-port", fmt.Sprint(ctrlPort), "--transport", "auto", "--sizes", "1MiB", "--iters", "5", "--verify", "--json", "--quiet"}
 	}
 	route := func(out []byte) string {
