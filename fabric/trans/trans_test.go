@@ -39,11 +39,12 @@ type target struct {
 	addr uint64
 }
 
-// spawnTarget starts a target process named id (port 0: any) on metadata meta.
-func spawnTarget(t *testing.T, id, meta string) *target {
+// spawn starts this test binary as a child (HMC_TRANS_CHILD and the rest in env) and returns
+// it with its READY line; a child that says FAIL, or nothing within 30 s, fails the test.
+func spawn(t *testing.T, env ...string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "HMC_TRANS_CHILD=target", "HMC_TRANS_ID="+id, "HMC_TRANS_META="+meta)
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -67,15 +68,25 @@ func spawnTarget(t *testing.T, id, meta string) *target {
 	}()
 	select {
 	case l := <-ready:
-		tg := &target{cmd: cmd}
-		if _, err := fmt.Sscanf(l, "READY %s %d", &tg.id, &tg.addr); err != nil {
-			t.Fatalf("target said %q", l)
+		if !strings.HasPrefix(l, "READY") {
+			t.Fatalf("child %v said %q", env, l)
 		}
-		return tg
+		return cmd, l
 	case <-time.After(30 * time.Second):
-		t.Fatal("target did not start")
+		t.Fatalf("child %v did not start", env)
 	}
-	return nil
+	return nil, ""
+}
+
+// spawnTarget starts a target process named id (port 0: any) on metadata meta.
+func spawnTarget(t *testing.T, id, meta string) *target {
+	t.Helper()
+	cmd, l := spawn(t, "HMC_TRANS_CHILD=target", "HMC_TRANS_ID="+id, "HMC_TRANS_META="+meta)
+	tg := &target{cmd: cmd}
+	if _, err := fmt.Sscanf(l, "READY %s %d", &tg.id, &tg.addr); err != nil {
+		t.Fatalf("target said %q", l)
+	}
+	return tg
 }
 
 func freeID(t *testing.T) string {
@@ -447,20 +458,10 @@ func TestSecret(t *testing.T) {
 // (the target checks each one's bytes); a peer not yet known cannot be looked up, and says so
 // promptly with a typed error instead of hanging.
 func TestStoreKilledMidBatch(t *testing.T) {
-	kv := exec.Command(os.Args[0], "-test.run=^$")
-	kv.Env = append(os.Environ(), "HMC_TRANS_CHILD=store")
-	out, err := kv.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv.Stderr = os.Stderr
-	if err := kv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = kv.Process.Kill(); _ = kv.Wait() })
+	kv, l := spawn(t, "HMC_TRANS_CHILD=store")
 	var url string
-	if _, err := fmt.Fscanf(bufio.NewReader(out), "READY %s\n", &url); err != nil {
-		t.Fatalf("store child: %v", err)
+	if _, err := fmt.Sscanf(l, "READY %s", &url); err != nil {
+		t.Fatalf("store child said %q", l)
 	}
 	tg := spawnTarget(t, "127.0.0.1:0", url)
 	e := initiator(t, url, transport.TCP)
@@ -502,7 +503,7 @@ func TestStoreKilledMidBatch(t *testing.T) {
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	start := time.Now()
-	err = e.Write(lctx, "127.0.0.1:1", memory.AddrOf(src), tg.addr, 8)
+	err := e.Write(lctx, "127.0.0.1:1", memory.AddrOf(src), tg.addr, 8)
 	if err == nil || status.CodeOf(err) == status.Success || time.Since(start) > 6*time.Second {
 		t.Fatalf("write to an unknown peer without the store: %v after %v", err, time.Since(start))
 	}
