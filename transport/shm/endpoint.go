@@ -140,16 +140,15 @@ func (t *Transport) handshake(ctx context.Context, c *net.UnixConn, h hello, myB
 		}
 	}()
 	if n < offerSize { // the rest of the offer may follow in another read
-		m, err := io.ReadFull(c, b[n:])
-		if err != nil {
-			if aerr := auth.Refusal(b[:n+m], "target"); aerr != nil {
-				return mapping{}, aerr
-			}
-			return mapping{}, fmt.Errorf("%w: %w", status.ErrPeerClosed, err)
-		}
+		var m int
+		m, err = io.ReadFull(c, b[n:])
+		n += m
 	}
-	if err := auth.Refusal(b, "target"); err != nil {
-		return mapping{}, err // the target demands a secret; this side has none
+	if aerr := auth.Refusal(b[:n], "target"); aerr != nil {
+		return mapping{}, aerr // the target demands a secret; this side has none
+	}
+	if err != nil {
+		return mapping{}, fmt.Errorf("%w: %w", status.ErrPeerClosed, err)
 	}
 	o, err := decodeOffer(b)
 	if err != nil {
@@ -355,9 +354,7 @@ func (c *Copier) CopyV(dsts, srcs [][]byte) {
 		n += uint64(len(s))
 	}
 	if n < c.cfg.ParallelThreshold || c.helpers == nil || len(srcs) < 2 {
-		for i, s := range srcs {
-			pieceCopy(dsts[i][:len(s)], s, c.cfg.PieceSize, uint64(len(s)) > c.cfg.HugeCopy/2)
-		}
+		c.copyEach(dsts, srcs)
 		return
 	}
 	start := time.Now()
@@ -365,11 +362,16 @@ func (c *Copier) CopyV(dsts, srcs [][]byte) {
 	if shared {
 		c.helpers.share(&copyJob{vd: dsts, vs: srcs, n: n, pieceMin: c.cfg.PieceSize}, min(cap(c.helpers.jobs), len(srcs)-1))
 	} else {
-		for i, s := range srcs {
-			pieceCopy(dsts[i][:len(s)], s, c.cfg.PieceSize, uint64(len(s)) > c.cfg.HugeCopy/2)
-		}
+		c.copyEach(dsts, srcs)
 	}
 	c.helpers.choice.record(n, shared, start, time.Now())
+}
+
+// copyEach copies the pieces of a CopyV on the caller alone.
+func (c *Copier) copyEach(dsts, srcs [][]byte) {
+	for i, s := range srcs {
+		pieceCopy(dsts[i][:len(s)], s, c.cfg.PieceSize, uint64(len(s)) > c.cfg.HugeCopy/2)
+	}
 }
 
 // Close stops the helpers; Copy must not be called after.
