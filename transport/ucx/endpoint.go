@@ -154,10 +154,11 @@ func (t *Transport) setup(ctx context.Context, w *worker, conn net.Conn, cfg tra
 		return nil, fmt.Errorf("ucx: hello to %s: %w: %w", cfg.Addr, status.ErrPeerClosed, err)
 	}
 	var first [8]byte
-	if n, err := io.ReadFull(conn, first[:]); err != nil || auth.Refusal(first[:], cfg.Addr) != nil {
-		if aerr := auth.Refusal(first[:n], cfg.Addr); aerr != nil {
-			return nil, fmt.Errorf("ucx: %w", aerr) // the target authenticates; this side has no credentials
-		}
+	n, err := io.ReadFull(conn, first[:])
+	if aerr := auth.Refusal(first[:n], cfg.Addr); aerr != nil {
+		return nil, fmt.Errorf("ucx: %w", aerr) // the target authenticates; this side has no credentials
+	}
+	if err != nil {
 		if cerr := status.FromContext(ctx); cerr != nil {
 			return nil, fmt.Errorf("ucx: welcome from %s: %w", cfg.Addr, cerr)
 		}
