@@ -28,11 +28,11 @@ func (a *authFlags) add(cmd *cobra.Command) {
 func (a *authFlags) config() (auth.Config, error) {
 	var c auth.Config
 	if a.secretFile != "" {
-		b, err := os.ReadFile(a.secretFile)
-		if err != nil {
-			return c, fmt.Errorf("--secret-file: %w: %w", status.ErrInvalidConfig, err)
+		var err error
+		if c.Secret, err = readSecretFile(a.secretFile); err != nil {
+			return c, err
 		}
-		if c.Secret = bytes.TrimSpace(b); len(c.Secret) == 0 {
+		if len(c.Secret) == 0 {
 			return c, fmt.Errorf("--secret-file %s is empty: %w", a.secretFile, status.ErrInvalidConfig)
 		}
 	}
@@ -53,4 +53,14 @@ func (a *authFlags) args() []string {
 		}
 	}
 	return out
+}
+
+// readSecretFile reads a --secret-file: the secret is its contents without surrounding white
+// space (a trailing newline is not part of it).
+func readSecretFile(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--secret-file: %w: %w", status.ErrInvalidConfig, err)
+	}
+	return bytes.TrimSpace(b), nil
 }

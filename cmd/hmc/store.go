@@ -42,11 +42,10 @@ func storeServeCmd() *cobra.Command {
 			cfg := store.ServerConfig{WorldSize: world, LinkTimeout: linkTimeout,
 				Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))}
 			if secretFile != "" {
-				b, err := os.ReadFile(secretFile)
-				if err != nil {
+				var err error
+				if cfg.Secret, err = readSecretFile(secretFile); err != nil {
 					return err
 				}
-				cfg.Secret = []byte(strings.TrimSpace(string(b)))
 			}
 			tcfg, err := store.TLSFromFiles(cert, key, ca, true)
 			if err != nil {
