@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,9 +21,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("HMC_STORE_CHILD") == "1" {
-		storeChild()
-	}
+	storetest.ServeIfChild()
 	goleak.VerifyTestMain(m, etcdtest.IgnoreGoroutines()...)
 }
 

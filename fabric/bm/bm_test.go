@@ -12,11 +12,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hmc-go/hmc/coord/store"
+	"github.com/hmc-go/hmc/coord/store/storetest"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 )
 
 func TestMain(m *testing.M) {
+	storetest.ServeIfChild()
 	if mode := os.Getenv("HMC_BM_CHILD"); mode != "" {
 		os.Exit(child(mode))
 	}

@@ -1,6 +1,7 @@
 package bm
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 )
@@ -125,6 +127,8 @@ func runChild(mode string) error {
 		return nil
 	case "survivor":
 		return survive(ctx, b, me, world)
+	case "storekill":
+		return outliveStore(ctx, b, me, world)
 	}
 	return fmt.Errorf("unknown mode %q", mode)
 }
@@ -353,5 +357,95 @@ func survive(ctx context.Context, b *BigMemory, me, world int) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	fmt.Println("BACK", me)
+	return nil
+}
+
+// outliveStore copies to and from every other rank, checked, while the parent kills the store
+// (it says so on stdin) and 50 rounds after; then a barrier, which needs the store, must fail
+// with a typed error within its deadline (or succeed, with HMC_BM_STORE_SURVIVES=1: the parent
+// killed one member of an etcd cluster). It exits when the parent says (the others may still
+// be copying from it).
+func outliveStore(ctx context.Context, b *BigMemory, me, world int) error {
+	if err := b.Barrier(ctx); err != nil {
+		return err
+	}
+	host := func(r int) uint64 { p, _ := b.PtrByMemType(Host, r); return p }
+	w, r := make([]byte, 64<<10), make([]byte, 64<<10)
+	round := func(k int) error {
+		for t := range world {
+			if t == me {
+				continue
+			}
+			fill(w, func(i int) byte { return tag(me, t, i) ^ byte(k) })
+			at := host(t) + mib + uint64(me)*64<<10
+			if err := b.Write(ctx, at, w); err != nil {
+				return fmt.Errorf("round %d: write to %d: %w", k, t, err)
+			}
+			if err := b.Read(ctx, r, at); err != nil {
+				return fmt.Errorf("round %d: read from %d: %w", k, t, err)
+			}
+			if err := check(r, func(i int) byte { return tag(me, t, i) ^ byte(k) }); err != nil {
+				return fmt.Errorf("round %d: read back from %d: %w", k, t, err)
+			}
+			if err := b.Read(ctx, r[:4096], host(t)); err != nil {
+				return fmt.Errorf("round %d: read from %d: %w", k, t, err)
+			}
+			if err := check(r[:4096], func(i int) byte { return pat(t, i) }); err != nil {
+				return fmt.Errorf("round %d: rank %d's pattern: %w", k, t, err)
+			}
+		}
+		return nil
+	}
+	if err := round(0); err != nil {
+		return err
+	}
+	fmt.Println("RUNNING", me)
+	said := make(chan string, 2)
+	go func() {
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			said <- in.Text()
+		}
+	}()
+	k := 1
+	for during := true; during; k++ {
+		select {
+		case <-said: // killed
+			during = false
+		default:
+		}
+		if err := round(k); err != nil {
+			return err
+		}
+	}
+	for end := k + 50; k < end; k++ {
+		if err := round(k); err != nil {
+			return fmt.Errorf("after the store died: %w", err)
+		}
+	}
+	survives := os.Getenv("HMC_BM_STORE_SURVIVES") == "1" // an etcd cluster lost one member
+	d := 2 * time.Second
+	if survives {
+		d = 30 * time.Second // etcd elects a new leader first
+	}
+	bctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	start := time.Now()
+	err := b.Barrier(bctx)
+	if survives {
+		if err != nil {
+			return fmt.Errorf("a barrier after one etcd member died: %w (after %v)", err, time.Since(start))
+		}
+	} else if !errors.Is(err, store.ErrIO) && !errors.Is(err, status.ErrTimeout) {
+		return fmt.Errorf("a barrier without the store: %v, want store.ErrIO or a timeout", err)
+	}
+	if took := time.Since(start); took > d+2*time.Second {
+		return fmt.Errorf("a barrier without the store failed after %v", took)
+	}
+	fmt.Println("OK", me, k, "rounds; barrier:", err, "after", time.Since(start).Round(time.Millisecond))
+	select {
+	case <-said: // exit
+	case <-ctx.Done():
+	}
 	return nil
 }

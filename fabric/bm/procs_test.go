@@ -2,7 +2,9 @@ package bm
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -11,11 +13,14 @@ import (
 	"time"
 
 	"github.com/hmc-go/hmc/coord/store"
+	"github.com/hmc-go/hmc/coord/store/storetest"
+	"github.com/hmc-go/hmc/internal/etcdtest"
 	"github.com/hmc-go/hmc/memory"
 )
 
 type proc struct {
 	cmd   *exec.Cmd
+	stdin io.WriteCloser
 	lines chan string
 }
 
@@ -27,11 +32,15 @@ func spawn(t *testing.T, url, mode string, world int, env ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, lines: make(chan string, 64)}
+	p := &proc{cmd: cmd, stdin: stdin, lines: make(chan string, 64)}
 	go func() { // ends when the child's stdout closes
 		s := bufio.NewScanner(out)
 		for s.Scan() {
@@ -134,4 +143,69 @@ func TestProcessesCrashAndRejoin(t *testing.T) {
 		}
 	}
 	_ = again.cmd.Process.Kill()
+}
+
+// The store killed with SIGKILL while 3 ranks (two sharing memory, one over TCP) copy to and
+// from each other: copies do not need the store, so every one before, during and after its
+// death completes and is checked byte for byte; a barrier, which does need it, fails with a
+// typed error within its deadline; and the ranks close and exit without hanging.
+func TestStoreKilledMidCopies(t *testing.T) {
+	const world = 3
+	srv := storetest.SpawnServer(t, world)
+	runOutliveStore(t, srv.URL, world, srv.Kill)
+}
+
+// The leader of a 3-member etcd cluster killed while the ranks copy: every copy completes,
+// checked, and the barrier after it succeeds on the other two members.
+func TestEtcdLeaderKilledMidCopies(t *testing.T) {
+	const world = 3
+	cl := etcdtest.Start(t, 3)
+	runOutliveStore(t, cl.URL("bm-leader"), world, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		m, err := cl.Leader(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Kill()
+		t.Logf("killed the etcd leader %s", m.Name)
+	}, "HMC_BM_STORE_SURVIVES=1")
+}
+
+// runOutliveStore runs world ranks in mode storekill against the store at url, kills it (kill)
+// once they copy, and waits until each has checked its copies and the barrier after.
+func runOutliveStore(t *testing.T, url string, world int, kill func(), env ...string) {
+	ps := make([]*proc, world)
+	for r := range ps {
+		ps[r] = spawn(t, url, "storekill", world, append(env, fmt.Sprintf("HMC_BM_RANK=%d", r), "HMC_BM_OPS=mixed")...)
+	}
+	for _, p := range ps {
+		p.expect(t, "RUNNING", 60*time.Second)
+	}
+	kill()
+	say := func(what string) {
+		t.Helper()
+		for _, p := range ps {
+			if _, err := io.WriteString(p.stdin, what+"\n"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	say("killed")
+	for _, p := range ps {
+		p.expect(t, "OK", 60*time.Second)
+	}
+	say("exit")
+	for _, p := range ps {
+		exited := make(chan error, 1)
+		go func() { exited <- p.cmd.Wait() }()
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("child: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a rank does not exit without the store")
+		}
+	}
 }

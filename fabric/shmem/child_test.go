@@ -1,6 +1,7 @@
 package shmem
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
@@ -73,6 +75,12 @@ func runChild() error {
 	h, err := w.Create(ctx, 5, 4*mib)
 	if err != nil {
 		return fmt.Errorf("create: %w", err)
+	}
+	switch os.Getenv("HMC_SHMEM_CHILD") { // no Destroy in these: it is collective
+	case "storekill":
+		return outliveStore(ctx, w, h, me, world)
+	case "rankkill":
+		return outliveRank(ctx, h, me, world)
 	}
 	if err := categories(ctx, w, h, me, world); err != nil {
 		return err
@@ -407,4 +415,180 @@ func collectives(ctx context.Context, w *World, h *Heap, me, n int) error {
 		return err
 	}
 	return wt.Barrier(ctx)
+}
+
+// outliveStore puts, gets back, adds to a counter on every other rank and meets them at heap
+// barriers, checked, while the parent kills the store (it says so on stdin) and 50 rounds
+// after; then a control barrier, which needs the store, must fail with a typed error within its
+// deadline (or succeed, with HMC_SHMEM_STORE_SURVIVES=1: the parent killed one member of an
+// etcd cluster). It exits when the parent says (the others may still be reaching it).
+func outliveStore(ctx context.Context, w *World, h *Heap, me, n int) error {
+	wt := h.World()
+	src, back := make([]byte, 4096), make([]byte, 4096)
+	round := func(k int) error {
+		for pe := range n {
+			if pe == me {
+				continue
+			}
+			for i := range src {
+				src[i] = pat(me, i) ^ byte(k)
+			}
+			off := uint64(offRMA + me*4096)
+			if err := h.Put(ctx, pe, off, src); err != nil {
+				return fmt.Errorf("round %d: put to %d: %w", k, pe, err)
+			}
+			if err := h.Get(ctx, pe, off, back); err != nil {
+				return fmt.Errorf("round %d: get from %d: %w", k, pe, err)
+			}
+			if !bytes.Equal(src, back) {
+				return fmt.Errorf("round %d: what came back from %d differs", k, pe)
+			}
+			old, err := h.AtomicFetchAdd(ctx, pe, uint64(offAtomic+me*8), 1)
+			if err != nil {
+				return fmt.Errorf("round %d: fetch-add on %d: %w", k, pe, err)
+			}
+			if old != uint64(k) {
+				return fmt.Errorf("round %d: my counter on %d was %d", k, pe, old)
+			}
+		}
+		if err := wt.Barrier(ctx); err != nil {
+			return fmt.Errorf("round %d: heap barrier: %w", k, err)
+		}
+		return nil
+	}
+	if err := round(0); err != nil {
+		return err
+	}
+	fmt.Println("RUNNING", me)
+	said := make(chan string, 2)
+	go func() {
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			said <- in.Text()
+		}
+	}()
+	// The same number of rounds on every rank (a heap barrier ends each): 300 while the parent
+	// kills the store, then 50 more once it has said so.
+	k := 1
+	for ; k <= 300; k++ {
+		if err := round(k); err != nil {
+			return err
+		}
+	}
+	<-said // killed
+	for end := k + 50; k < end; k++ {
+		if err := round(k); err != nil {
+			return fmt.Errorf("after the store died: %w", err)
+		}
+	}
+	survives := os.Getenv("HMC_SHMEM_STORE_SURVIVES") == "1" // an etcd cluster lost one member
+	d := 2 * time.Second
+	if survives {
+		d = 30 * time.Second // etcd elects a new leader first
+	}
+	bctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	start := time.Now()
+	err := w.ControlBarrier(bctx)
+	if survives {
+		if err != nil {
+			return fmt.Errorf("a control barrier after one etcd member died: %w (after %v)", err, time.Since(start))
+		}
+	} else if !errors.Is(err, store.ErrIO) && !errors.Is(err, status.ErrTimeout) {
+		return fmt.Errorf("a control barrier without the store: %v, want store.ErrIO or a timeout", err)
+	}
+	if took := time.Since(start); took > d+2*time.Second {
+		return fmt.Errorf("a control barrier without the store failed after %v", took)
+	}
+	fmt.Println("OK", me, k, "rounds; control barrier:", err, "after", time.Since(start).Round(time.Millisecond))
+	select {
+	case <-said: // exit
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// outliveRank: the last rank (reached over TCP by everyone under HMC_SHMEM_OPS=mixed) waits to
+// be killed; the others, once the parent says it was, find that a put, a get, an atomic and a
+// heap barrier involving it fail with a typed error within their deadline, and go on putting,
+// getting and adding among themselves, checked.
+func outliveRank(ctx context.Context, h *Heap, me, n int) error {
+	victim := n - 1
+	buf := make([]byte, 64<<10)
+	for pe := range n { // connected to everyone before the kill
+		if err := h.Put(ctx, pe, uint64(offRMA+me*4096), buf[:4096]); err != nil {
+			return err
+		}
+	}
+	if err := h.World().Barrier(ctx); err != nil {
+		return err
+	}
+	fmt.Println("RUNNING", me)
+	said := make(chan string, 2)
+	go func() {
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			said <- in.Text()
+		}
+	}()
+	if me == victim {
+		<-ctx.Done() // until killed
+		return nil
+	}
+	<-said // killed
+	fails := []struct {
+		what string
+		op   func(ctx context.Context) error
+	}{
+		{"put", func(ctx context.Context) error { return h.Put(ctx, victim, offRMA, buf) }},
+		{"get", func(ctx context.Context) error { return h.Get(ctx, victim, offRMA, buf) }},
+		{"fetch-add", func(ctx context.Context) error { _, err := h.AtomicFetchAdd(ctx, victim, offAtomic, 1); return err }},
+		{"heap barrier", func(ctx context.Context) error { return h.World().Barrier(ctx) }},
+	}
+	for _, f := range fails {
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		start := time.Now()
+		err := f.op(fctx)
+		cancel()
+		took := time.Since(start)
+		// The link to it breaks (PEER_CLOSED), a new dial is refused (FAILED), or nobody
+		// answers (TIMEOUT).
+		if !errors.Is(err, status.ErrPeerClosed) && !errors.Is(err, status.ErrFailed) && !errors.Is(err, status.ErrTimeout) {
+			return fmt.Errorf("%s with the killed rank: %v, want ErrPeerClosed, ErrFailed or ErrTimeout", f.what, err)
+		}
+		if took > 3*time.Second {
+			return fmt.Errorf("%s with the killed rank failed after %v", f.what, took)
+		}
+		fmt.Println("DOWN", me, f.what, "after", took.Round(time.Millisecond), err)
+	}
+	src := make([]byte, 4096)
+	for k := 1; k <= 50; k++ {
+		for pe := range victim {
+			if pe == me {
+				continue
+			}
+			for i := range src {
+				src[i] = pat(me, i) ^ byte(k)
+			}
+			off := uint64(offNBI + me*4096)
+			if err := h.Put(ctx, pe, off, src); err != nil {
+				return fmt.Errorf("round %d: put to %d: %w", k, pe, err)
+			}
+			if err := h.Get(ctx, pe, off, buf[:4096]); err != nil {
+				return fmt.Errorf("round %d: get from %d: %w", k, pe, err)
+			}
+			if !bytes.Equal(src, buf[:4096]) {
+				return fmt.Errorf("round %d: what came back from %d differs", k, pe)
+			}
+			if old, err := h.AtomicFetchAdd(ctx, pe, uint64(offAtomic+64+me*8), 1); err != nil || old != uint64(k-1) {
+				return fmt.Errorf("round %d: my counter on %d was %d (%v)", k, pe, old, err)
+			}
+		}
+	}
+	fmt.Println("OK", me)
+	select {
+	case <-said: // exit
+	case <-ctx.Done():
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -15,10 +16,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hmc-go/hmc/coord/store"
+	"github.com/hmc-go/hmc/coord/store/storetest"
+	"github.com/hmc-go/hmc/internal/etcdtest"
 	"github.com/hmc-go/hmc/status"
 )
 
 func TestMain(m *testing.M) {
+	storetest.ServeIfChild()
 	if os.Getenv("HMC_SHMEM_CHILD") != "" {
 		os.Exit(child())
 	}
@@ -115,5 +119,153 @@ func TestInitAndCreateRejects(t *testing.T) {
 	}
 	if err := h.Destroy(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The store killed with SIGKILL while 4 ranks (even ones mapping each other's blocks, odd ones
+// over TCP) put, get, add atomically and meet at heap barriers: none of these needs the store,
+// so every one before, during and after its death completes, value- and byte-checked; a control
+// barrier, which does need it, fails with a typed error within its deadline; the ranks exit
+// without hanging.
+func TestStoreKilledMidRMA(t *testing.T) {
+	srv := storetest.SpawnServer(t, 4)
+	runOutliveStore(t, srv.URL, 4, srv.Kill)
+}
+
+// The leader of a 3-member etcd cluster killed while the ranks work: every operation completes,
+// checked, and the control barrier after it succeeds on the other two members.
+func TestEtcdLeaderKilledMidRMA(t *testing.T) {
+	cl := etcdtest.Start(t, 3)
+	runOutliveStore(t, cl.URL("shmem-leader"), 4, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		m, err := cl.Leader(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Kill()
+		t.Logf("killed the etcd leader %s", m.Name)
+	}, "HMC_SHMEM_STORE_SURVIVES=1")
+}
+
+// runOutliveStore runs world ranks in mode storekill against the store at url, kills it (kill)
+// once they work, and waits until each has checked its operations and the control barrier.
+func runOutliveStore(t *testing.T, url string, world int, kill func(), env ...string) {
+	runFault(t, "storekill", url, world, func([]*exec.Cmd) { kill() }, env...)
+}
+
+// A rank killed with SIGKILL (reached by the others over TCP): a put, a get, a fetch-add and a
+// heap barrier involving it fail with a typed error within their deadline on every survivor,
+// which go on working among themselves, checked.
+func TestRankKilledMidRMA(t *testing.T) {
+	srv, err := store.Listen("tcp://127.0.0.1:0", store.ServerConfig{WorldSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	runFault(t, "rankkill", srv.URL(), 4, func(cmds []*exec.Cmd) {
+		_ = cmds[3].Process.Kill()
+		_ = cmds[3].Wait()
+	})
+}
+
+// runFault runs world ranks in mode (storekill, rankkill) against the store at url; once all
+// say RUNNING it calls fault, tells them "killed", waits for OK from every rank still running,
+// then tells them "exit" and wants each to exit cleanly.
+func runFault(t *testing.T, mode, url string, world int, fault func([]*exec.Cmd), env ...string) {
+	type rank struct {
+		cmd   *exec.Cmd
+		stdin io.WriteCloser
+		lines chan string
+	}
+	ranks := make([]*rank, world)
+	for r := range ranks {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "HMC_SHMEM_CHILD="+mode, "HMC_SHMEM_OPS=mixed", "HMC_STORE_URL="+url,
+			fmt.Sprintf("HMC_WORLD=%d", world), fmt.Sprintf("HMC_RANK=%d", r))
+		cmd.Env = append(cmd.Env, env...)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		rk := &rank{cmd: cmd, stdin: stdin, lines: make(chan string, 16)}
+		go func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				rk.lines <- sc.Text()
+			}
+			close(rk.lines)
+		}()
+		ranks[r] = rk
+	}
+	expect := func(r int, prefix string) {
+		t.Helper()
+		timeout := time.After(60 * time.Second)
+		for {
+			select {
+			case l, ok := <-ranks[r].lines:
+				if !ok {
+					t.Fatalf("rank %d exited before %q", r, prefix)
+				}
+				t.Logf("rank %d: %s", r, l)
+				if strings.HasPrefix(l, "FAIL") {
+					t.Fatalf("rank %d: %s", r, l)
+				}
+				if strings.HasPrefix(l, prefix) {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("rank %d: no %q within 60 s", r, prefix)
+			}
+		}
+	}
+	say := func(what string) {
+		t.Helper()
+		for _, rk := range ranks {
+			if _, err := io.WriteString(rk.stdin, what+"\n"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for r := range ranks {
+		expect(r, "RUNNING")
+	}
+	cmds := make([]*exec.Cmd, world)
+	for r, rk := range ranks {
+		cmds[r] = rk.cmd
+	}
+	fault(cmds)
+	var live []*rank
+	for _, rk := range ranks {
+		if rk.cmd.ProcessState == nil { // not killed and reaped by fault
+			live = append(live, rk)
+		}
+	}
+	ranks = live
+	say("killed")
+	for r := range ranks {
+		expect(r, "OK")
+	}
+	say("exit")
+	for r, rk := range ranks {
+		exited := make(chan error, 1)
+		go func() { exited <- rk.cmd.Wait() }()
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("rank %d: %v", r, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("rank %d does not exit without the store", r)
+		}
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hmc-go/hmc/coord/store"
-
 	"github.com/hmc-go/hmc/memory"
 )
 
@@ -23,9 +21,6 @@ func iterByte(i, j int) byte { return byte(i*7 + j*13 + j>>9) }
 // checks each "check <i> <n>" notification's n bytes against iteration i's pattern and answers
 // the sender with "ok <i>" or "bad <i> ...".
 func child() int {
-	if os.Getenv("HMC_TRANS_CHILD") == "store" {
-		return storeChild()
-	}
 	ctx := context.Background()
 	cfg := DefaultConfig()
 	if s := os.Getenv("HMC_TRANS_SECRET"); s != "" {
@@ -76,16 +71,4 @@ func child() int {
 		}
 		time.Sleep(20 * time.Microsecond)
 	}
-}
-
-// storeChild is the metadata store in its own process (HMC_TRANS_CHILD=store), for tests that
-// kill it with SIGKILL: it prints READY <url> and serves until killed.
-func storeChild() int {
-	srv, err := store.Listen("tcp://127.0.0.1:0", store.ServerConfig{})
-	if err != nil {
-		fmt.Println("FAIL", err)
-		return 1
-	}
-	fmt.Println("READY", srv.URL())
-	select {}
 }
