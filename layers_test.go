@@ -25,6 +25,7 @@ var outside = map[string][]string{
 	"internal/etcdproc":   {"go.etcd.io/etcd/", "go.uber.org/zap"},
 	"internal/etcdtest":   {"go.uber.org/goleak"},
 	"internal/peercred":   {"golang.org/x/sys/"},
+	"internal/netnstest":  {"golang.org/x/sys/"},
 	"memory":              {"golang.org/x/sys/", "github.com/ebitengine/purego"},
 	"coord/store":         {"go.etcd.io/etcd/", "go.uber.org/zap", "google.golang.org/grpc"},
 	"transport/tcp":       {"golang.org/x/sys/"},
