@@ -490,24 +490,40 @@ func (g *Group) leftSince(ctx context.Context, r int, at int64) (bool, error) {
 // removal takes dead ranks out of the view (every live member races; one new view results).
 func (g *Group) removal() {
 	defer g.wg.Done()
+	var retry <-chan time.Time // a failed rejoin is tried again
 	for {
 		select {
 		case <-g.ctx.Done():
 			return
 		case <-g.changes:
+		case <-retry:
 		}
+		retry = nil
 		g.mu.Lock()
 		pending, dropped := g.pending, g.dropped
 		g.pending, g.dropped = nil, false
 		g.mu.Unlock()
 		if dropped {
+			// Join again once the store holds this rank again (a client cut off long enough
+			// to be reported down takes its rank back by itself): a member in the view whose
+			// rank nobody watches would never be reported down again.
 			ctx, cancel := context.WithTimeout(g.ctx, g.cfg.Timeout)
-			if v, err := g.Join(ctx); err != nil && g.ctx.Err() == nil {
-				g.log.Warn("group: joining again after being dropped", "err", err)
-			} else if err == nil {
-				g.log.Info("group: joined again after being dropped", "view", v.Version)
+			err := g.st.Live(ctx)
+			var v View
+			if err == nil {
+				v, err = g.Join(ctx)
 			}
 			cancel()
+			switch {
+			case err == nil:
+				g.log.Info("group: joined again after being dropped", "view", v.Version)
+			case g.ctx.Err() == nil:
+				g.log.Warn("group: joining again after being dropped; trying again", "err", err)
+				g.mu.Lock()
+				g.dropped = g.joined
+				g.mu.Unlock()
+				retry = time.After(100 * time.Millisecond)
+			}
 		}
 		if len(pending) == 0 {
 			continue

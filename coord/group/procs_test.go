@@ -7,12 +7,14 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hmc-go/hmc/coord/group"
 	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/internal/etcdtest"
+	"github.com/hmc-go/hmc/internal/netnstest"
 )
 
 type proc struct {
@@ -20,9 +22,14 @@ type proc struct {
 	out *bufio.Scanner
 }
 
-func spawn(t *testing.T, url, mode string, world int) *proc {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+func spawn(t *testing.T, url, mode string, world int, env ...string) *proc {
+	return spawnCmd(t, exec.Command(os.Args[0], "-test.run=^$"), url, mode, world, env...)
+}
+
+// spawnCmd is spawn of cmd, this test binary run some way (in a network namespace).
+func spawnCmd(t *testing.T, cmd *exec.Cmd, url, mode string, world int, env ...string) *proc {
 	cmd.Env = append(os.Environ(), "HMC_GROUP_CHILD="+mode, "HMC_STORE_URL="+url, fmt.Sprintf("HMC_WORLD=%d", world))
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -156,4 +163,126 @@ func TestProcessKilledAfterJoin(t *testing.T) {
 		}
 	}
 	all(t, 2, func(i int) error { return gs[i].Barrier(ctx(t)) })
+}
+
+// expect reads the member's lines until one starts with prefix; FAIL, the end of its output or
+// within passing first fail the test.
+func (p *proc) expect(t *testing.T, prefix string, within time.Duration) {
+	t.Helper()
+	got := make(chan string, 1)
+	go func() {
+		for {
+			l := p.line()
+			t.Logf("member (pid %d): %s", p.cmd.Process.Pid, l)
+			if l == "" || strings.HasPrefix(l, prefix) || strings.HasPrefix(l, "FAIL") {
+				got <- l
+				return
+			}
+		}
+	}()
+	select {
+	case l := <-got:
+		if !strings.HasPrefix(l, prefix) {
+			t.Fatalf("member: %q, want %s", l, prefix)
+		}
+	case <-time.After(within):
+		t.Fatalf("member: no %s within %v", prefix, within)
+	}
+}
+
+// A member on another host (a network namespace) cut off from the store and the others (link
+// down) for longer than the store's link timeout: the others' barriers fail with typed errors
+// and then, the view shrunk, succeed without it; when the link is back the member joins again
+// by itself and every barrier has everyone again. Every barrier ends within its deadline.
+func TestPartitionedMemberRejoins(t *testing.T) {
+	const world = 4
+	ns := netnstest.New(t)
+	srv, err := store.Listen("tcp://"+ns.HostIP+":0", store.ServerConfig{WorldSize: world, LinkTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	var ps []*proc
+	for r := range world - 1 {
+		ps = append(ps, spawn(t, srv.URL(), "partition", world, fmt.Sprintf("HMC_RANK=%d", r)))
+	}
+	cut := spawnCmd(t, ns.Command(os.Args[0], "-test.run=^$"), srv.URL(), "partition", world, fmt.Sprintf("HMC_RANK=%d", world-1))
+	for _, p := range append(ps, cut) {
+		p.expect(t, "WHOLE", 30*time.Second)
+	}
+	link := func(state string) {
+		t.Helper()
+		if out, err := exec.Command("ip", "link", "set", ns.HostIf, state).CombinedOutput(); err != nil {
+			t.Fatalf("ip link set %s %s: %v: %s", ns.HostIf, state, err, out)
+		}
+	}
+	link("down")
+	defer link("up")
+	start := time.Now()
+	for _, p := range ps {
+		p.expect(t, "SHRUNK", 15*time.Second)
+	}
+	t.Logf("the others go on without the cut-off member %v after the partition", time.Since(start).Round(time.Millisecond))
+	time.Sleep(time.Second)
+	link("up")
+	start = time.Now()
+	for _, p := range append(ps, cut) {
+		p.expect(t, "WHOLE", 30*time.Second)
+	}
+	t.Logf("every barrier has all %d members %v after the heal", world, time.Since(start).Round(time.Millisecond))
+}
+
+// A member frozen (SIGSTOP) for longer than its liveness allows — its etcd lease expires, or
+// the embedded store drops its silent link — is taken for dead: the others go on without it.
+// Thawed, it takes its rank back by itself (a new lease, or a new link) and joins again, and
+// every barrier has everyone again; killed then, it is taken for dead again (its liveness is
+// watched again, not only its membership restored).
+func TestFrozenMemberRejoins(t *testing.T) {
+	t.Run("embedded", func(t *testing.T) {
+		srv, err := store.Listen("tcp://127.0.0.1:0", store.ServerConfig{WorldSize: 3, LinkTimeout: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+		frozenRejoins(t, srv.URL(), 1500*time.Millisecond)
+	})
+	t.Run("etcd", func(t *testing.T) {
+		frozenRejoins(t, etcdtest.Start(t, 1).URL("frozen"), 4*time.Second) // the lease lives 2 s
+	})
+}
+
+func frozenRejoins(t *testing.T, url string, freeze time.Duration) {
+	const world = 3
+	var ps []*proc
+	for r := range world - 1 {
+		ps = append(ps, spawn(t, url, "partition", world, fmt.Sprintf("HMC_RANK=%d", r)))
+	}
+	frozen := spawn(t, url, "partition", world, fmt.Sprintf("HMC_RANK=%d", world-1), "HMC_GROUP_FROZEN=1")
+	for _, p := range append(ps, frozen) {
+		p.expect(t, "WHOLE", 30*time.Second)
+	}
+	if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for _, p := range ps {
+		p.expect(t, "SHRUNK", 15*time.Second)
+	}
+	t.Logf("the others go on without the frozen member %v after it stopped", time.Since(start).Round(time.Millisecond))
+	time.Sleep(time.Until(start.Add(freeze)))
+	if err := frozen.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	for _, p := range append(ps, frozen) {
+		p.expect(t, "WHOLE", 30*time.Second)
+	}
+	t.Logf("every barrier has all %d members %v after the thaw", world, time.Since(start).Round(time.Millisecond))
+	// Its liveness is watched again: killed now, it is taken for dead again.
+	_ = frozen.cmd.Process.Kill()
+	start = time.Now()
+	for _, p := range ps {
+		p.expect(t, "SHRUNK", 15*time.Second)
+	}
+	t.Logf("killed after the thaw, it is gone from the view %v later", time.Since(start).Round(time.Millisecond))
 }

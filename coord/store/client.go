@@ -14,24 +14,36 @@ import (
 	"time"
 )
 
-// tcpClient is a Client of the embedded server.
+// tcpClient is a Client of the embedded server. When its link breaks, calls in flight and
+// calls made while it is down fail with ErrIO at once, and the client dials again in the
+// background (as upstream's clients do), under the same rank, until it is back or closed: a
+// process cut off from the store for a while (a partition, a restarted store) carries on once
+// it can reach the store again, re-subscribed to rank-down events.
 type tcpClient struct {
 	cfg  Config
-	conn net.Conn
+	addr string
 	log  *slog.Logger
 	wmu  sync.Mutex // one frame written at a time
 
 	mu      sync.Mutex
+	link    *clientLink           // the current link; guarded by mu
 	pending map[uint32]chan reply // guarded by mu
 	seq     uint32                // guarded by mu
-	err     error                 // why the link ended; guarded by mu
+	err     error                 // why the link is down, nil while it is up; guarded by mu
+	closed  bool                  // guarded by mu
 	rank    int                   // guarded by mu
 	world   int                   // guarded by mu
-	subSeq  uint32                // rank-down subscription
 
 	watch *rankWatchers
-	done  chan struct{}
+	stop  chan struct{} // closed by Close
 	wg    sync.WaitGroup
+}
+
+// clientLink is one connection to the store with its goroutines.
+type clientLink struct {
+	conn   net.Conn
+	subSeq uint32        // the rank-down subscription's request id on this link
+	done   chan struct{} // closed when the link ends
 }
 
 type reply struct {
@@ -43,6 +55,13 @@ type reply struct {
 
 // writeTimeout bounds one frame write: a store that does not read is a dead store.
 const writeTimeout = 10 * time.Second
+
+// Reconnection: the first attempt after this long, then twice as long each time up to
+// redialMax.
+const (
+	redialMin = 100 * time.Millisecond
+	redialMax = time.Second
+)
 
 func dialTCP(ctx context.Context, addr string, cfg Config) (*tcpClient, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
@@ -71,20 +90,20 @@ func dialTCP(ctx context.Context, addr string, cfg Config) (*tcpClient, error) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	c := &tcpClient{cfg: cfg, log: cfg.Logger, pending: map[uint32]chan reply{}, rank: NoRank,
-		world: cfg.WorldSize, done: make(chan struct{})}
-	if err := c.handshake(ctx, conn); err != nil {
+	c := &tcpClient{cfg: cfg, addr: addr, log: cfg.Logger, pending: map[uint32]chan reply{}, rank: NoRank,
+		world: cfg.WorldSize, stop: make(chan struct{}), watch: newRankWatchers()}
+	rank := NoRank
+	if cfg.Ranking == Explicit {
+		rank = cfg.Rank
+	}
+	conn, err := c.handshake(ctx, conn, rank)
+	if err != nil {
 		_ = conn.Close()
+		c.watch.close()
 		return nil, err
 	}
-	c.watch = newRankWatchers()
-	c.wg.Add(2)
-	go c.readLoop()  // owned by c: Close closes conn and waits
-	go c.heartbeat() // owned by c: stops on done
-	c.mu.Lock()
-	c.subSeq = c.nextSeq()
-	c.mu.Unlock()
-	if err := c.write((&message{Op: OpWatchRankDown, Keys: [][]byte{[]byte(rankDownKey)}}).frame(c.subSeq, CodeSuccess)); err != nil {
+	c.rank = rank
+	if err := c.start(conn); err != nil {
 		_ = c.Close()
 		return nil, err
 	}
@@ -104,7 +123,27 @@ func dialTCP(ctx context.Context, addr string, cfg Config) (*tcpClient, error) {
 	return c, nil
 }
 
-func (c *tcpClient) handshake(ctx context.Context, conn net.Conn) error {
+// start makes conn (handshaken) the client's link: its reader and heartbeat run, and it
+// subscribes to rank-down events.
+func (c *tcpClient) start(conn net.Conn) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		_ = conn.Close()
+		return fmt.Errorf("%w: client closed", ErrIO)
+	}
+	l := &clientLink{conn: conn, subSeq: c.nextSeq(), done: make(chan struct{})}
+	c.link, c.err = l, nil
+	c.wg.Add(2)
+	go c.readLoop(l)  // owned by c: the link's end or Close ends it
+	go c.heartbeat(l) // owned by c: stops when the link ends
+	c.mu.Unlock()
+	return c.write((&message{Op: OpWatchRankDown, Keys: [][]byte{[]byte(rankDownKey)}}).frame(l.subSeq, CodeSuccess))
+}
+
+// handshake connects conn as rank (NoRank: none) and returns it (wrapped in TLS when
+// configured).
+func (c *tcpClient) handshake(ctx context.Context, conn net.Conn, rank int) (net.Conn, error) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
@@ -119,46 +158,42 @@ func (c *tcpClient) handshake(ctx context.Context, conn net.Conn) error {
 		}
 		tc := tls.Client(conn, tcfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return fmt.Errorf("%w: TLS with the store: %w", ErrAuth, err)
+			return conn, fmt.Errorf("%w: TLS with the store: %w", ErrAuth, err)
 		}
 		conn = tc
 	}
 	req := connectReq{Rank: noRankWire, World: uint32(c.cfg.WorldSize)}
-	if c.cfg.Ranking == Explicit {
-		req.Rank = uint32(c.cfg.Rank)
+	if rank != NoRank {
+		req.Rank = uint32(rank)
 	}
 	if len(c.cfg.Secret) > 0 {
 		req.Version = 1
 	}
 	reqb := req.encode()
 	if _, err := conn.Write(reqb); err != nil {
-		return fmt.Errorf("%w: store handshake: %w", ErrIO, err)
+		return conn, fmt.Errorf("%w: store handshake: %w", ErrIO, err)
 	}
 	first, err := readResult(conn)
 	if err != nil {
-		return fmt.Errorf("%w: store handshake: %w", ErrIO, err)
+		return conn, fmt.Errorf("%w: store handshake: %w", ErrIO, err)
 	}
 	if err := clientAuth(conn, c.cfg.Secret, reqb, first); err != nil {
-		return err
+		return conn, err
 	}
 	res := first
 	if len(c.cfg.Secret) > 0 {
 		if res, err = readResult(conn); err != nil {
-			return fmt.Errorf("%w: store handshake: %w", ErrIO, err)
+			return conn, fmt.Errorf("%w: store handshake: %w", ErrIO, err)
 		}
 	}
 	if res != CodeSuccess {
 		if req.Rank != noRankWire {
-			return fmt.Errorf("%w: the store refused rank %d in world %d (taken, or outside the store's world)", errFor(res), c.cfg.Rank, c.cfg.WorldSize)
+			return conn, fmt.Errorf("%w: the store refused rank %d in world %d (taken, or outside the store's world)", errFor(res), rank, c.cfg.WorldSize)
 		}
-		return fmt.Errorf("%w: the store refused the connection", errFor(res))
+		return conn, fmt.Errorf("%w: the store refused the connection", errFor(res))
 	}
 	_ = conn.SetDeadline(time.Time{})
-	c.conn = conn
-	if req.Rank != noRankWire {
-		c.rank = c.cfg.Rank
-	}
-	return nil
+	return conn, nil
 }
 
 // nextSeq returns a fresh request id (never 0: heartbeats use it). Caller holds mu.
@@ -170,25 +205,32 @@ func (c *tcpClient) nextSeq() uint32 {
 	return c.seq
 }
 
+// write sends one frame on the current link.
 func (c *tcpClient) write(f []byte) error {
+	c.mu.Lock()
+	l, err := c.link, c.err
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_ = c.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if _, err := c.conn.Write(f); err != nil {
-		_ = c.conn.Close() // a half-written frame ends the link; readLoop reports it
+	_ = l.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if _, err := l.conn.Write(f); err != nil {
+		_ = l.conn.Close() // a half-written frame ends the link; readLoop reports it
 		return fmt.Errorf("%w: %w", ErrIO, err)
 	}
 	return nil
 }
 
-func (c *tcpClient) heartbeat() {
+func (c *tcpClient) heartbeat(l *clientLink) {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.Heartbeat)
 	defer t.Stop()
 	f := (&message{Op: OpHeartbeat}).frame(0, CodeSuccess)
 	for {
 		select {
-		case <-c.done:
+		case <-l.done:
 			return
 		case <-t.C:
 			if c.write(f) != nil {
@@ -198,18 +240,18 @@ func (c *tcpClient) heartbeat() {
 	}
 }
 
-func (c *tcpClient) readLoop() {
+func (c *tcpClient) readLoop(l *clientLink) {
 	defer c.wg.Done()
 	hdr := make([]byte, headerLen)
 	var err error
 	for {
 		var h header
 		var body []byte
-		h, body, err = readFrame(c.conn, hdr)
+		h, body, err = readFrame(l.conn, hdr)
 		if err != nil {
 			break
 		}
-		if h.Seq == c.subSeq {
+		if h.Seq == l.subSeq {
 			// rank-down pushes; a subscription ack (older servers of ours) has no value
 			if m, derr := decodeMessage(body); derr == nil && m.Op == OpWatchRankDown && len(m.Values) == 1 && len(m.Values[0]) == 4 {
 				c.watch.post(int(binary.LittleEndian.Uint32(m.Values[0])))
@@ -224,28 +266,74 @@ func (c *tcpClient) readLoop() {
 			ch <- reply{code: h.Result, body: body, events: c.watch.posted()}
 		}
 	}
-	c.fail(fmt.Errorf("%w: %w", ErrIO, err))
+	c.lost(l, fmt.Errorf("%w: %w", ErrIO, err))
 }
 
-// fail ends the link with err: pending calls and later ones get it.
-func (c *tcpClient) fail(err error) {
+// lost ends link l with err: pending calls and calls until a new link get it; unless the
+// client is closed, it dials again in the background.
+func (c *tcpClient) lost(l *clientLink, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.err != nil {
+	if c.link != l || c.err != nil {
 		return
 	}
 	c.err = err
-	close(c.done)
-	_ = c.conn.Close()
+	close(l.done)
+	_ = l.conn.Close()
 	for seq, ch := range c.pending {
 		delete(c.pending, seq)
 		ch <- reply{code: CodeIOError, lost: true}
+	}
+	if c.closed {
+		return
+	}
+	c.log.Warn("store link lost, dialling again", "url", "tcp://"+c.addr, "rank", c.rank, "err", err)
+	c.wg.Add(1)
+	go c.redial() // owned by c: Close stops it
+}
+
+// redial connects again, under the client's rank, until it succeeds or the client closes.
+func (c *tcpClient) redial() {
+	defer c.wg.Done()
+	wait := redialMin
+	for tries := 1; ; tries++ {
+		select {
+		case <-c.stop:
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, redialMax)
+		c.mu.Lock()
+		rank := c.rank
+		c.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), max(c.cfg.Heartbeat, redialMax))
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", c.addr)
+		if err == nil {
+			if conn, err = c.handshake(ctx, conn, rank); err != nil {
+				_ = conn.Close()
+			}
+		}
+		cancel()
+		if err != nil {
+			if tries == 1 || tries%60 == 0 {
+				c.log.Warn("store still unreachable, dialling again", "url", "tcp://"+c.addr, "rank", rank, "tries", tries, "err", err)
+			}
+			continue
+		}
+		if err := c.start(conn); err != nil {
+			continue // closed, or the new link broke at once (its reader redials)
+		}
+		c.log.Info("store link back", "url", "tcp://"+c.addr, "rank", rank, "tries", tries)
+		return
 	}
 }
 
 func (c *tcpClient) linkErr() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.err == nil {
+		return ErrIO
+	}
 	return c.err
 }
 
@@ -445,8 +533,36 @@ func (c *tcpClient) AssignRank(ctx context.Context) (int, error) {
 
 func (c *tcpClient) WatchRankDown(fn func(rank int)) func() { return c.watch.add(fn) }
 
+// Live implements Client: the link is up (its handshake claimed the rank).
+func (c *tcpClient) Live(ctx context.Context) error {
+	for {
+		c.mu.Lock()
+		err, closed := c.err, c.closed
+		c.mu.Unlock()
+		if err == nil || closed {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (%w)", err, ctxErr(ctx.Err()))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 func (c *tcpClient) Close() error {
-	c.fail(fmt.Errorf("%w: client closed", ErrIO))
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.stop)
+	l := c.link
+	c.mu.Unlock()
+	if l != nil {
+		c.lost(l, fmt.Errorf("%w: client closed", ErrIO))
+	}
 	c.wg.Wait()
 	c.watch.close()
 	return nil

@@ -21,7 +21,9 @@
 //   - Ranks: explicit (Config.Rank), first-come automatic (AssignRank, lowest free rank, a dead
 //     rank's id is reused) or by unique name (RankByName). When a client with a rank disappears
 //     (closed, killed, silent past the heartbeat timeout, or its etcd lease expired) every
-//     client's WatchRankDown callbacks receive the rank.
+//     client's WatchRankDown callbacks receive the rank. A client that was only cut off takes
+//     its rank back by itself once it reaches the store again (a new link, a new lease);
+//     calls in between fail with [ErrIO] at once, and Live waits for the rank.
 //
 // Errors wrap the sentinels of this package, which carry memfabric's store codes ([CodeOf]) and
 // match the HMC status sentinels (ErrNotExist is a status.ErrNotFound, ErrTimeout a

@@ -36,11 +36,12 @@ type etcdClient struct {
 	cfg   Config
 	ns    string
 	id    string
-	lease clientv3.LeaseID
+	lease atomic.Int64 // the clientv3.LeaseID holding this client's rank; a new one after expiry
 	seq   atomic.Uint64
 
 	mu        sync.Mutex
 	rank      int      // guarded by mu
+	taken     int      // a rank lost to another client while cut off, else NoRank; guarded by mu
 	world     int      // guarded by mu
 	confirmed []string // tokens of committed writes, to delete; guarded by mu
 
@@ -80,10 +81,14 @@ func openEtcd(ctx context.Context, rest string, cfg Config) (*etcdClient, error)
 	}
 	idb := make([]byte, 8)
 	_, _ = rand.Read(idb)
-	e := &etcdClient{cli: cli, cfg: cfg, ns: ns, id: hex.EncodeToString(idb), rank: NoRank, watch: newRankWatchers()}
+	e := &etcdClient{cli: cli, cfg: cfg, ns: ns, id: hex.EncodeToString(idb), rank: NoRank, taken: NoRank, watch: newRankWatchers()}
 	if err := e.start(ctx); err != nil {
-		e.watch.close()
+		if e.cancel != nil {
+			e.cancel() // the keep-alive and watch goroutines, if started
+		}
 		_ = cli.Close()
+		e.wg.Wait()
+		e.watch.close()
 		return nil, err
 	}
 	return e, nil
@@ -104,10 +109,10 @@ func (e *etcdClient) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: etcd lease: %w", ErrIO, err)
 	}
-	e.lease = lease.ID
+	e.lease.Store(int64(lease.ID))
 	bg, stop := context.WithCancel(context.Background())
 	e.bg, e.cancel = bg, stop
-	ka, err := e.cli.KeepAlive(bg, e.lease)
+	ka, err := e.cli.KeepAlive(bg, lease.ID)
 	if err != nil {
 		stop()
 		return fmt.Errorf("%w: etcd keep-alive: %w", ErrIO, err)
@@ -118,27 +123,16 @@ func (e *etcdClient) start(ctx context.Context) error {
 		stop()
 		return fmt.Errorf("%w: etcd: %w", ErrIO, err)
 	}
-	wch := e.cli.Watch(clientv3.WithRequireLeader(bg), e.ns+"rank/", clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(now.Header.Revision+1))
 	e.wg.Add(2)
 	go func() { // owned by e: Close cancels bg and waits
 		defer e.wg.Done()
-		for range ka { // drain keep-alive answers; the channel closes when bg ends or the lease is lost
-		}
-		if bg.Err() == nil {
-			e.cfg.Logger.Warn("store: etcd lease lost; this client's rank is no longer held", "rank", e.Rank())
-		}
-	}()
-	go func() { // owned by e
-		defer e.wg.Done()
-		for wr := range wch {
-			for _, ev := range wr.Events {
-				r, err := strconv.Atoi(strings.TrimPrefix(string(ev.Kv.Key), e.ns+"rank/"))
-				if err == nil {
-					e.watch.post(r)
-				}
+		for ka != nil {
+			for range ka { // drain keep-alive answers; the channel closes when bg ends or the lease is lost
 			}
+			ka = e.revive(bg, ttl)
 		}
 	}()
+	go e.watchRanks(bg, now.Header.Revision+1) // owned by e
 	if err := e.setWorld(dctx); err != nil {
 		return err
 	}
@@ -153,6 +147,80 @@ func (e *etcdClient) start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// revive replaces a lost lease (this client was cut off from etcd for longer than its TTL, so
+// the others were told its rank is down): it takes a new lease and its rank again, as
+// upstream's clients republish theirs after losing the store, and returns the new lease's
+// keep-alive channel; nil once bg ends. A rank taken by someone else meanwhile stays theirs.
+func (e *etcdClient) revive(bg context.Context, ttl int64) <-chan *clientv3.LeaseKeepAliveResponse {
+	if bg.Err() != nil {
+		return nil
+	}
+	rank := e.Rank()
+	e.cfg.Logger.Warn("store: etcd lease lost; taking a new lease and the rank again", "rank", rank)
+	wait := redialMin
+	for tries := 1; ; tries++ {
+		select {
+		case <-bg.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, redialMax)
+		ctx, cancel := context.WithTimeout(bg, attemptTimeout)
+		lease, err := e.cli.Grant(ctx, ttl)
+		cancel()
+		if err != nil {
+			continue
+		}
+		e.lease.Store(int64(lease.ID))
+		if rank != NoRank {
+			ctx, cancel := context.WithTimeout(bg, attemptTimeout)
+			ok, err := e.tryRank(ctx, rank)
+			cancel()
+			if err != nil {
+				continue // the lease expires by itself
+			}
+			if !ok {
+				e.cfg.Logger.Error("store: this client's rank was taken while it was cut off; it has none now", "rank", rank)
+				e.mu.Lock()
+				e.rank, e.taken = NoRank, rank
+				e.mu.Unlock()
+			}
+		}
+		ka, err := e.cli.KeepAlive(bg, lease.ID)
+		if err != nil {
+			continue
+		}
+		e.cfg.Logger.Info("store: etcd lease and rank back", "rank", e.Rank(), "tries", tries)
+		return ka
+	}
+}
+
+// watchRanks posts every deletion of a rank key from revision rev on, watching again (from
+// where it left off) whenever etcd ends the watch: a member cut off from the leader, a
+// compaction.
+func (e *etcdClient) watchRanks(bg context.Context, rev int64) {
+	defer e.wg.Done()
+	for bg.Err() == nil {
+		wch := e.cli.Watch(clientv3.WithRequireLeader(bg), e.ns+"rank/", clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(rev))
+		for wr := range wch {
+			if wr.CompactRevision > rev {
+				rev = wr.CompactRevision // the events before it are gone
+			}
+			for _, ev := range wr.Events {
+				r, err := strconv.Atoi(strings.TrimPrefix(string(ev.Kv.Key), e.ns+"rank/"))
+				if err == nil {
+					e.watch.post(r)
+				}
+				rev = ev.Kv.ModRevision + 1
+			}
+		}
+		select {
+		case <-bg.Done():
+		case <-time.After(redialMin):
+		}
+	}
 }
 
 func (e *etcdClient) setWorld(ctx context.Context) error {
@@ -199,7 +267,7 @@ func (e *etcdClient) tryRank(ctx context.Context, r int) (bool, error) {
 	var owner string
 	err := e.retry(ctx, func(actx context.Context) error {
 		resp, err := e.cli.Txn(actx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-			Then(clientv3.OpPut(k, e.id, clientv3.WithLease(e.lease))).Else(clientv3.OpGet(k)).Commit()
+			Then(clientv3.OpPut(k, e.id, clientv3.WithLease(clientv3.LeaseID(e.lease.Load())))).Else(clientv3.OpGet(k)).Commit()
 		if err != nil {
 			return err
 		}
@@ -587,6 +655,44 @@ func (e *etcdClient) WorldSize() int {
 
 func (e *etcdClient) WatchRankDown(fn func(rank int)) func() { return e.watch.add(fn) }
 
+// Live implements Client: the rank's key holds this client's id. A process that was frozen or
+// cut off learns that its lease expired only when etcd answers its next keep-alive; Live looks
+// at the key itself and, finding it gone, revokes the dead lease so that the new one is taken
+// at once (revive), then waits for the key to be ours again.
+func (e *etcdClient) Live(ctx context.Context) error {
+	revoked := false
+	for {
+		e.mu.Lock()
+		rank, taken := e.rank, e.taken
+		e.mu.Unlock()
+		if taken != NoRank {
+			return fmt.Errorf("%w: rank %d was taken by another client while this one was cut off", ErrFailed, taken)
+		}
+		key := e.ns + "world"
+		if rank != NoRank {
+			key = e.rankKey(rank)
+		}
+		resp, err := e.read(ctx, key)
+		if err != nil {
+			return fmt.Errorf("%w: etcd: %w", ErrIO, err)
+		}
+		if rank == NoRank || (len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == e.id) {
+			return nil
+		}
+		if !revoked {
+			revoked = true
+			rctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+			_, _ = e.cli.Revoke(rctx, clientv3.LeaseID(e.lease.Load())) // best effort: it expired anyway
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: etcd: rank %d not held again (%w)", ErrIO, rank, ctxErr(ctx.Err()))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // Close revokes the lease (the rank is reported down at once), deletes this client's tokens
 // and closes the etcd client.
 func (e *etcdClient) Close() error {
@@ -595,7 +701,7 @@ func (e *etcdClient) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, _ = e.cli.Revoke(ctx, e.lease)                                     // best effort: else the lease expires
+	_, _ = e.cli.Revoke(ctx, clientv3.LeaseID(e.lease.Load()))            // best effort: else the lease expires
 	_, _ = e.cli.Delete(ctx, e.ns+"tok/"+e.id+"/", clientv3.WithPrefix()) // best effort: stray tokens are harmless
 	e.cancel()
 	e.dirs.stopAll()

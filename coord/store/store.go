@@ -67,6 +67,12 @@ type Client interface {
 	// (closed, killed, or silent past the liveness timeout). Calls come one at a time from a
 	// goroutine of the client; fn must not block for long. cancel stops the calls.
 	WatchRankDown(fn func(rank int)) (cancel func())
+	// Live returns nil once this client holds its rank in the store: its link is up (the
+	// embedded store) or its lease holds its rank's key (etcd). A client cut off long enough
+	// to be reported down takes its rank again by itself (a new link, a new lease); Live waits
+	// for that, or ctx (ErrIO). A rank another client took meanwhile is ErrFailed. An unranked
+	// client is live when it reaches the store.
+	Live(ctx context.Context) error
 	// Close ends the connection; the client's rank is reported down to the others. Pending
 	// calls fail with ErrIO. Idempotent.
 	Close() error
