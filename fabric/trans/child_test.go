@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hmc-go/hmc/memory"
@@ -18,8 +20,9 @@ func iterByte(i, j int) byte { return byte(i*7 + j*13 + j>>9) }
 
 // child is a target engine in its own process: HMC_TRANS_CHILD=target, HMC_TRANS_ID (its
 // unique id), HMC_TRANS_META (metadata URL). It prints READY <id> <buffer address>, then
-// checks each "check <i> <n>" notification's n bytes against iteration i's pattern and answers
-// the sender with "ok <i>" or "bad <i> ...".
+// checks each "check <i> <n> [<off>]" notification's n bytes (at offset off, 0 if absent)
+// against iteration i's pattern and answers the sender with "ok <i>" or "bad <i> ...", and
+// answers "zero <off> <n>" with "zero ok" or "zero bad" (are those bytes still all zero?).
 func child() int {
 	ctx := context.Background()
 	cfg := DefaultConfig()
@@ -55,13 +58,34 @@ func child() int {
 				}
 				continue
 			}
-			if _, err := fmt.Sscanf(n.Msg, "check %d %d", &i, &size); err != nil {
+			var off int
+			if _, err := fmt.Sscanf(n.Msg, "zero %d %d", &off, &size); err == nil {
+				answer := "zero ok"
+				if off < 0 || size < 0 || off+size > childSize || slices.ContainsFunc(buf[off:off+size], func(b byte) bool { return b != 0 }) {
+					answer = "zero bad"
+				}
+				if err := e.SendNotify(ctx, n.Name, Notify{Msg: answer}); err != nil {
+					fmt.Println("FAIL answer:", err)
+				}
 				continue
 			}
+			f := strings.Fields(n.Msg)
+			if len(f) < 3 || f[0] != "check" {
+				continue
+			}
+			i, _ = strconv.Atoi(f[1])
+			size, _ = strconv.Atoi(f[2])
+			if len(f) > 3 {
+				off, _ = strconv.Atoi(f[3])
+			}
 			answer := "ok " + strconv.Itoa(i)
+			if off < 0 || size < 0 || off+size > childSize {
+				answer = fmt.Sprintf("bad %d range", i)
+				size = 0
+			}
 			for j := range size {
-				if buf[j] != iterByte(i, j) {
-					answer = fmt.Sprintf("bad %d byte %d is %d, want %d", i, j, buf[j], iterByte(i, j))
+				if buf[off+j] != iterByte(i, j) {
+					answer = fmt.Sprintf("bad %d byte %d is %d, want %d", i, j, buf[off+j], iterByte(i, j))
 					break
 				}
 			}

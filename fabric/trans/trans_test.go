@@ -18,6 +18,7 @@ import (
 	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/coord/store/storetest"
 	"github.com/hmc-go/hmc/internal/etcdtest"
+	"github.com/hmc-go/hmc/internal/netnstest"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
@@ -47,7 +48,12 @@ type target struct {
 // it with its READY line; a child that says FAIL, or nothing within 30 s, fails the test.
 func spawn(t *testing.T, env ...string) (*exec.Cmd, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	return spawnCmd(t, exec.Command(os.Args[0], "-test.run=^$"), env...)
+}
+
+// spawnCmd is spawn of cmd, this test binary run some way (in a network namespace).
+func spawnCmd(t *testing.T, cmd *exec.Cmd, env ...string) (*exec.Cmd, string) {
+	t.Helper()
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -104,11 +110,17 @@ func freeID(t *testing.T) string {
 
 func initiator(t *testing.T, meta string, kinds ...transport.ConnType) *Engine {
 	t.Helper()
+	return initiatorAt(t, meta, "127.0.0.1:0", kinds...)
+}
+
+// initiatorAt is initiator with its own id (the address it serves on).
+func initiatorAt(t *testing.T, meta, id string, kinds ...transport.ConnType) *Engine {
+	t.Helper()
 	cfg := DefaultConfig()
 	if kinds != nil {
 		cfg.Kinds = kinds
 	}
-	e, err := Create(testCtx(t), meta, "127.0.0.1:0", cfg)
+	e, err := Create(testCtx(t), meta, id, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -569,4 +581,129 @@ func TestEtcdLeaderKilledMidBatch(t *testing.T) {
 		t.Fatalf("peers after the leader's death: %v %v, want %s among them", peers, err, late.id)
 	}
 	t.Logf("killed leader %s mid-batch; 220 batches, then a target registered and listed after it", name)
+}
+
+// tryBatch writes batch i (two halves of src, filled with iteration i's pattern) to the
+// target's offset off within d, and waits for the target to say it checked every byte.
+func tryBatch(ctx context.Context, e *Engine, tg *target, src []byte, i int, off uint64, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for j := range src {
+		src[j] = iterByte(i, j)
+	}
+	n, h := uint64(len(src)), uint64(len(src)/2)
+	reqs := []Request{{Op: Write, Local: memory.AddrOf(src), Remote: tg.addr + off, Size: h},
+		{Op: Write, Local: memory.AddrOf(src) + h, Remote: tg.addr + off + h, Size: n - h}}
+	if err := e.Transfer(ctx, tg.id, reqs, &Notify{Msg: fmt.Sprintf("check %d %d %d", i, n, off)}); err != nil {
+		return fmt.Errorf("transfer: %w", err)
+	}
+	if err := awaitNotify(ctx, e, fmt.Sprintf("ok %d", i), fmt.Sprintf("bad %d ", i)); err != nil {
+		return fmt.Errorf("the target's check: %w", err)
+	}
+	return nil
+}
+
+// awaitNotify waits for the notification good; one starting with bad is an error.
+func awaitNotify(ctx context.Context, e *Engine, good, bad string) error {
+	for {
+		for _, n := range e.Notifies() {
+			if n.Msg == good {
+				return nil
+			}
+			if strings.HasPrefix(n.Msg, bad) {
+				return fmt.Errorf("the target says %q", n.Msg)
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return status.FromContext(ctx)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// A partition (link down) between an initiator and a target on another host (a network
+// namespace) in the middle of batches, with peers reached directly (P2P) and through the
+// store: batches fail with a typed error within their deadline, nothing lands outside the
+// range they write, and after the heal batches to the same target complete again, each
+// checked byte for byte by the target.
+func TestPartitionMidBatch(t *testing.T) {
+	for _, meta := range []string{P2P, "store"} {
+		t.Run(meta, func(t *testing.T) {
+			ns := netnstest.New(t)
+			if meta == "store" {
+				srv, err := store.Listen("tcp://"+ns.HostIP+":0", store.ServerConfig{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer srv.Close()
+				meta = srv.URL()
+			}
+			cmd, l := spawnCmd(t, ns.Command(os.Args[0], "-test.run=^$"),
+				"HMC_TRANS_CHILD=target", "HMC_TRANS_ID="+ns.NSIP+":0", "HMC_TRANS_META="+meta)
+			tg := &target{cmd: cmd}
+			if _, err := fmt.Sscanf(l, "READY %s %d", &tg.id, &tg.addr); err != nil {
+				t.Fatalf("target said %q", l)
+			}
+			e := initiatorAt(t, meta, ns.HostIP+":0", transport.TCP)
+			ctx := testCtx(t)
+			src := make([]byte, 256<<10)
+			if err := e.Register(memory.AddrOf(src), uint64(len(src))); err != nil {
+				t.Fatal(err)
+			}
+			const cut = 2 << 20 // where the batches the partition cuts off write
+			for i := range 5 {
+				if err := tryBatch(ctx, e, tg, src, i, 0, 10*time.Second); err != nil {
+					t.Fatalf("batch %d: %v", i, err)
+				}
+			}
+			link := func(state string) {
+				t.Helper()
+				if out, err := exec.Command("ip", "link", "set", ns.HostIf, state).CombinedOutput(); err != nil {
+					t.Fatalf("ip link set %s %s: %v: %s", ns.HostIf, state, err, out)
+				}
+			}
+			link("down")
+			defer link("up")
+			for i := 100; i < 103; i++ {
+				const d = 500 * time.Millisecond
+				start := time.Now()
+				err := tryBatch(ctx, e, tg, src, i, cut, d)
+				took := time.Since(start)
+				if !errors.Is(err, status.ErrTimeout) && !errors.Is(err, status.ErrPeerClosed) {
+					t.Fatalf("batch %d across the partition: %v, want ErrTimeout or ErrPeerClosed", i, err)
+				}
+				if took > d+time.Second {
+					t.Fatalf("batch %d across the partition failed after %v", i, took)
+				}
+				t.Logf("batch %d across the partition: after %v: %v", i, took.Round(time.Millisecond), err)
+			}
+			time.Sleep(time.Second)
+			link("up")
+			healed := time.Now()
+			for i := 200; ; i++ { // the first ones may still meet the cut-off link
+				err := tryBatch(ctx, e, tg, src, i, 0, 5*time.Second)
+				if err == nil {
+					t.Logf("batches complete again %v after the heal", time.Since(healed).Round(time.Millisecond))
+					break
+				}
+				if time.Since(healed) > 30*time.Second {
+					t.Fatalf("no batch completes 30 s after the heal: %v", err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			for i := 300; i < 320; i++ {
+				if err := tryBatch(ctx, e, tg, src, i, 0, 10*time.Second); err != nil {
+					t.Fatalf("batch %d after the heal: %v", i, err)
+				}
+			}
+			for _, g := range [][2]int{{cut - 4096, 4096}, {cut + len(src), 4096}} {
+				if err := e.SendNotify(ctx, tg.id, Notify{Msg: fmt.Sprintf("zero %d %d", g[0], g[1])}); err != nil {
+					t.Fatal(err)
+				}
+				if err := awaitNotify(ctx, e, "zero ok", "zero bad"); err != nil {
+					t.Fatalf("bytes at %d beside the cut-off batches: %v", g[0], err)
+				}
+			}
+		})
+	}
 }

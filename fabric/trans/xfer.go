@@ -124,7 +124,13 @@ func (e *Engine) Transfer(ctx context.Context, peer string, reqs []Request, noti
 		ctx, cancel = context.WithTimeout(ctx, e.cfg.Timeout)
 		defer cancel()
 	}
-	return b.Wait(ctx)
+	if err := b.Wait(ctx); err != nil {
+		if b.Status() == Pending { // the wait ended, not the batch: say which batch
+			return fmt.Errorf("trans: batch of %d requests to %s: %w", len(reqs), peer, err)
+		}
+		return err
+	}
+	return nil
 }
 
 // Submit starts reqs to peer and returns at once (Mooncake's submitTransfer, with notify its
