@@ -76,6 +76,7 @@ func shmPair(a, b int) bool {
 func child(mode string) int {
 	if err := runChild(mode); err != nil {
 		fmt.Println("FAIL", err)
+		fmt.Fprintln(os.Stderr, "bm child: FAIL", err) // seen even when the test reads another child
 		return 1
 	}
 	return 0
@@ -92,6 +93,7 @@ func runChild(mode string) error {
 		cfg.AutoRanking = false
 		cfg.Rank, _ = strconv.Atoi(r)
 	}
+	cfg.BindIP = os.Getenv("HMC_BM_BIND") // another network namespace's address (netns tests)
 	f, err := Init(ctx, url, world, 0, cfg)
 	if err != nil {
 		return err
@@ -129,6 +131,8 @@ func runChild(mode string) error {
 		return survive(ctx, b, me, world)
 	case "storekill":
 		return outliveStore(ctx, b, me, world)
+	case "partition":
+		return outlivePartition(ctx, b, me, world)
 	}
 	return fmt.Errorf("unknown mode %q", mode)
 }
@@ -448,4 +452,76 @@ func outliveStore(ctx context.Context, b *BigMemory, me, world int) error {
 	case <-ctx.Done():
 	}
 	return nil
+}
+
+// outlivePartition copies to and from every other rank in rounds, checked, until the parent
+// says exit, and prints ALL when a round reached every rank (first, and after PART) and PART
+// when a copy failed. Only copies to or from the rank the parent cuts off (HMC_BM_CUT) may
+// fail, with a typed error within their deadline; between the others nothing may fail.
+func outlivePartition(ctx context.Context, b *BigMemory, me, world int) error {
+	cut, _ := strconv.Atoi(os.Getenv("HMC_BM_CUT"))
+	if err := b.Barrier(ctx); err != nil {
+		return err
+	}
+	said := make(chan string, 1)
+	go func() {
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			said <- in.Text()
+		}
+	}()
+	host := func(r int) uint64 { p, _ := b.PtrByMemType(Host, r); return p }
+	w, r := make([]byte, 64<<10), make([]byte, 64<<10)
+	state := ""
+	for k := 0; ; k++ {
+		select {
+		case <-said:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		all := true
+		for t := range world {
+			if t == me {
+				continue
+			}
+			fill(w, func(i int) byte { return tag(me, t, i) ^ byte(k) })
+			at := host(t) + mib + uint64(me)*64<<10
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			start := time.Now()
+			err := b.Write(cctx, at, w)
+			if err == nil {
+				err = b.Read(cctx, r, at)
+			}
+			cancel()
+			if err == nil {
+				if err := check(r, func(i int) byte { return tag(me, t, i) ^ byte(k) }); err != nil {
+					return fmt.Errorf("round %d: read back from %d: %w", k, t, err)
+				}
+				continue
+			}
+			all = false
+			if t != cut && me != cut {
+				return fmt.Errorf("round %d: copy to %d, which nobody cut off: %w", k, t, err)
+			}
+			if took := time.Since(start); took > 2*time.Second {
+				return fmt.Errorf("round %d: a copy with a 1 s deadline failed after %v", k, took)
+			}
+			// A timeout, the link or the member gone (ErrRankDown is an ErrPeerClosed), or, on
+			// the cut-off rank, an endpoint it closed itself on finding it was dropped.
+			if !errors.Is(err, status.ErrTimeout) && !errors.Is(err, status.ErrPeerClosed) && !errors.Is(err, status.ErrClosed) {
+				return fmt.Errorf("round %d: copy to %d: %v, want a timeout, ErrRankDown, ErrPeerClosed or ErrClosed", k, t, err)
+			}
+			if state != "PART" {
+				fmt.Println("PART", me, "copy to", t, err)
+			}
+			state = "PART"
+		}
+		if all && state != "ALL" {
+			state = "ALL"
+			fmt.Println("ALL", me, "round", k)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/coord/store/storetest"
 	"github.com/hmc-go/hmc/internal/etcdtest"
+	"github.com/hmc-go/hmc/internal/netnstest"
 	"github.com/hmc-go/hmc/memory"
 )
 
@@ -26,7 +27,12 @@ type proc struct {
 
 func spawn(t *testing.T, url, mode string, world int, env ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	return spawnCmd(t, exec.Command(os.Args[0], "-test.run=^$"), url, mode, world, env...)
+}
+
+// spawnCmd is spawn of cmd, this test binary run some way (in a network namespace).
+func spawnCmd(t *testing.T, cmd *exec.Cmd, url, mode string, world int, env ...string) *proc {
+	t.Helper()
 	cmd.Env = append(os.Environ(), append(env, "HMC_BM_CHILD="+mode, "HMC_STORE_URL="+url, fmt.Sprintf("HMC_WORLD=%d", world))...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -206,6 +212,61 @@ func runOutliveStore(t *testing.T, url string, world int, kill func(), env ...st
 			}
 		case <-time.After(30 * time.Second):
 			t.Fatal("a rank does not exit without the store")
+		}
+	}
+}
+
+// A rank on another host (a network namespace) cut off from the others and the store (link
+// down) for longer than the store's link timeout, while every rank copies to every other:
+// copies to and from it fail with typed errors within their deadline, copies between the
+// others never fail; when the link is back it takes its rank back by itself (its store client
+// dials again), rejoins, and copies to and from it are checked byte for byte again.
+func TestPartitionedRankRejoins(t *testing.T) {
+	const world, cut = 3, 2
+	ns := netnstest.New(t)
+	srv, err := store.Listen("tcp://"+ns.HostIP+":0", store.ServerConfig{WorldSize: world, LinkTimeout: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	env := func(r int, bind string) []string {
+		return []string{fmt.Sprintf("HMC_BM_RANK=%d", r), "HMC_BM_OPS=tcp", "HMC_BM_BIND=" + bind, fmt.Sprintf("HMC_BM_CUT=%d", cut)}
+	}
+	var ps []*proc
+	for r := range world - 1 {
+		ps = append(ps, spawn(t, srv.URL(), "partition", world, env(r, ns.HostIP)...))
+	}
+	ps = append(ps, spawnCmd(t, ns.Command(os.Args[0], "-test.run=^$"), srv.URL(), "partition", world, env(cut, ns.NSIP)...))
+	for _, p := range ps {
+		p.expect(t, "ALL", 60*time.Second)
+	}
+	link := func(state string) {
+		t.Helper()
+		if out, err := exec.Command("ip", "link", "set", ns.HostIf, state).CombinedOutput(); err != nil {
+			t.Fatalf("ip link set %s %s: %v: %s", ns.HostIf, state, err, out)
+		}
+	}
+	link("down")
+	defer link("up")
+	start := time.Now()
+	for _, p := range ps {
+		p.expect(t, "PART", 10*time.Second)
+	}
+	time.Sleep(time.Until(start.Add(6 * time.Second))) // past the store's 4 s link timeout
+	link("up")
+	start = time.Now()
+	for _, p := range ps {
+		p.expect(t, "ALL", 60*time.Second)
+	}
+	t.Logf("every rank copies to every other again %v after the heal", time.Since(start).Round(time.Millisecond))
+	for _, p := range ps {
+		if _, err := io.WriteString(p.stdin, "exit\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range ps {
+		if err := p.cmd.Wait(); err != nil {
+			t.Errorf("rank: %v", err)
 		}
 	}
 }
