@@ -54,6 +54,7 @@ func childKinds(rank int) []transport.ConnType {
 func child() int {
 	if err := runChild(); err != nil {
 		fmt.Println("FAIL", err)
+		fmt.Fprintln(os.Stderr, "shmem child: FAIL", err) // seen even when the test reads another child
 		return 1
 	}
 	return 0
@@ -67,6 +68,7 @@ func runChild() error {
 	cfg := DefaultConfig()
 	cfg.StartStore = false
 	cfg.Kinds = childKinds(me)
+	cfg.BindIP = os.Getenv("HMC_SHMEM_BIND") // another network namespace's address (netns tests)
 	w, err := Init(ctx, os.Getenv("HMC_STORE_URL"), world, me, 0, cfg)
 	if err != nil {
 		return err
@@ -81,6 +83,8 @@ func runChild() error {
 		return outliveStore(ctx, w, h, me, world)
 	case "rankkill":
 		return outliveRank(ctx, h, me, world)
+	case "netfault":
+		return outliveNetFaults(ctx, h, me, world)
 	}
 	if err := categories(ctx, w, h, me, world); err != nil {
 		return err
@@ -590,5 +594,109 @@ func outliveRank(ctx context.Context, h *Heap, me, n int) error {
 	case <-said: // exit
 	case <-ctx.Done():
 	}
+	return nil
+}
+
+// outliveNetFaults: the last rank runs in another network namespace and every rank reaches the
+// others over TCP. In lockstep phases the parent starts with stdin lines: rounds of put, get
+// back, fetch-add and a heap barrier, checked (READY after 20); 20 more rounds while the parent
+// delays, drops and reorders that rank's packets (IMPAIRED); then, its link down, operations
+// with it fail typed within their 500 ms deadline while those among the others succeed (CUT);
+// and once the link is back, 20 more checked rounds with everyone (OK).
+func outliveNetFaults(ctx context.Context, h *Heap, me, n int) error {
+	cut := n - 1
+	said := make(chan string, 4)
+	go func() {
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			said <- in.Text()
+		}
+	}()
+	src, back := make([]byte, 16<<10), make([]byte, 16<<10)
+	counter := 0 // this rank's fetch-adds on each peer so far (the same count on every peer)
+	// exchange puts, gets back and checks 16 KiB with pe, and adds to this rank's counter there.
+	exchange := func(ctx context.Context, pe, k int) error {
+		for i := range src {
+			src[i] = pat(me, i) ^ byte(k)
+		}
+		off := uint64(offColl + me*(16<<10))
+		if err := h.Put(ctx, pe, off, src); err != nil {
+			return err
+		}
+		if err := h.Get(ctx, pe, off, back); err != nil {
+			return err
+		}
+		if !bytes.Equal(src, back) {
+			return fmt.Errorf("round %d: what came back from %d differs", k, pe)
+		}
+		return nil
+	}
+	rounds := func(from, to int, d time.Duration) error {
+		for k := from; k < to; k++ {
+			rctx, cancel := context.WithTimeout(ctx, d)
+			for pe := range n {
+				if pe == me {
+					continue
+				}
+				if err := exchange(rctx, pe, k); err != nil {
+					cancel()
+					return fmt.Errorf("round %d, rank %d: %w", k, pe, err)
+				}
+				old, err := h.AtomicFetchAdd(rctx, pe, uint64(offAtomic+me*8), 1)
+				if err != nil || old != uint64(counter) {
+					cancel()
+					return fmt.Errorf("round %d: my counter on %d was %d, want %d (%v)", k, pe, old, counter, err)
+				}
+			}
+			counter++
+			err := h.World().Barrier(rctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("round %d: heap barrier: %w", k, err)
+			}
+		}
+		return nil
+	}
+	if err := rounds(0, 20, 10*time.Second); err != nil {
+		return err
+	}
+	fmt.Println("READY", me)
+	<-said // impaired
+	if err := rounds(20, 40, 20*time.Second); err != nil {
+		return fmt.Errorf("with delay, loss and reordering: %w", err)
+	}
+	fmt.Println("IMPAIRED", me)
+	<-said // cut
+	for pe := range n {
+		if pe == me {
+			continue
+		}
+		for try := range 2 {
+			cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			start := time.Now()
+			err := exchange(cctx, pe, 100+try)
+			cancel()
+			took := time.Since(start)
+			if pe != cut && me != cut {
+				if err != nil {
+					return fmt.Errorf("across no cut link, to %d: %w", pe, err)
+				}
+				continue
+			}
+			if !errors.Is(err, status.ErrTimeout) && !errors.Is(err, status.ErrPeerClosed) {
+				return fmt.Errorf("across the cut link, to %d: %v, want a timeout or ErrPeerClosed", pe, err)
+			}
+			if took > 1500*time.Millisecond {
+				return fmt.Errorf("across the cut link, to %d: failed after %v", pe, took)
+			}
+		}
+	}
+	fmt.Println("CUT", me)
+	<-said // healed
+	if err := rounds(40, 60, 30*time.Second); err != nil {
+		return fmt.Errorf("after the heal: %w", err)
+	}
+	fmt.Println("OK", me)
+	<-said // exit
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/coord/store/storetest"
 	"github.com/hmc-go/hmc/internal/etcdtest"
+	"github.com/hmc-go/hmc/internal/netnstest"
 	"github.com/hmc-go/hmc/status"
 )
 
@@ -266,6 +267,102 @@ func runFault(t *testing.T, mode, url string, world int, fault func([]*exec.Cmd)
 			}
 		case <-time.After(30 * time.Second):
 			t.Fatalf("rank %d does not exit without the store", r)
+		}
+	}
+}
+
+// Faults on the link of a rank on another host (a network namespace; every rank reaches the
+// others over TCP), in lockstep phases: delay with jitter, loss and reordering (every put, get,
+// fetch-add and heap barrier completes, checked); the link down (operations with that rank
+// fail typed within their deadline, those among the others succeed); the link back (checked
+// rounds with everyone, on the same connections).
+func TestNetworkFaults(t *testing.T) {
+	const world = 4
+	ns := netnstest.New(t)
+	srv, err := store.Listen("tcp://"+ns.HostIP+":0", store.ServerConfig{WorldSize: world})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	type rank struct {
+		stdin io.WriteCloser
+		lines chan string
+		cmd   *exec.Cmd
+	}
+	var ranks []*rank
+	for r := range world {
+		cmd, bind := exec.Command(os.Args[0], "-test.run=^$"), ns.HostIP
+		if r == world-1 {
+			cmd, bind = ns.Command(os.Args[0], "-test.run=^$"), ns.NSIP
+		}
+		cmd.Env = append(os.Environ(), "HMC_SHMEM_CHILD=netfault", "HMC_SHMEM_OPS=tcp", "HMC_STORE_URL="+srv.URL(),
+			"HMC_SHMEM_BIND="+bind, fmt.Sprintf("HMC_WORLD=%d", world), fmt.Sprintf("HMC_RANK=%d", r))
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		rk := &rank{stdin: stdin, lines: make(chan string, 16), cmd: cmd}
+		go func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				rk.lines <- sc.Text()
+			}
+			close(rk.lines)
+		}()
+		ranks = append(ranks, rk)
+	}
+	all := func(prefix string) {
+		t.Helper()
+		for r, rk := range ranks {
+			select {
+			case l := <-rk.lines:
+				if !strings.HasPrefix(l, prefix) {
+					t.Fatalf("rank %d: %q, want %s", r, l, prefix)
+				}
+			case <-time.After(90 * time.Second):
+				t.Fatalf("rank %d: no %s within 90 s", r, prefix)
+			}
+		}
+	}
+	say := func(what string) {
+		t.Helper()
+		for _, rk := range ranks {
+			if _, err := io.WriteString(rk.stdin, what+"\n"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	all("READY")
+	heal := ns.Impair(t, netnstest.Impairment{Delay: 2 * time.Millisecond, Jitter: 2 * time.Millisecond, Loss: 0.02, Reorder: 0.1})
+	say("impaired")
+	all("IMPAIRED")
+	heal()
+	link := func(state string) {
+		t.Helper()
+		if out, err := exec.Command("ip", "link", "set", ns.HostIf, state).CombinedOutput(); err != nil {
+			t.Fatalf("ip link set %s %s: %v: %s", ns.HostIf, state, err, out)
+		}
+	}
+	link("down")
+	defer link("up")
+	say("cut")
+	all("CUT")
+	link("up")
+	say("healed")
+	all("OK")
+	say("exit")
+	for r, rk := range ranks {
+		if err := rk.cmd.Wait(); err != nil {
+			t.Errorf("rank %d: %v", r, err)
 		}
 	}
 }

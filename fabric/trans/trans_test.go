@@ -621,12 +621,12 @@ func awaitNotify(ctx context.Context, e *Engine, good, bad string) error {
 	}
 }
 
-// A partition (link down) between an initiator and a target on another host (a network
-// namespace) in the middle of batches, with peers reached directly (P2P) and through the
-// store: batches fail with a typed error within their deadline, nothing lands outside the
-// range they write, and after the heal batches to the same target complete again, each
-// checked byte for byte by the target.
-func TestPartitionMidBatch(t *testing.T) {
+// Link faults between an initiator and a target on another host (a network namespace) in the
+// middle of batches, with peers reached directly (P2P) and through the store: with delay,
+// jitter, loss and reordering every batch completes, checked byte for byte by the target; with
+// the link down batches fail with a typed error within their deadline and nothing lands
+// outside the range they write; after the heal batches to the same target complete again.
+func TestLinkFaultsMidBatch(t *testing.T) {
 	for _, meta := range []string{P2P, "store"} {
 		t.Run(meta, func(t *testing.T) {
 			ns := netnstest.New(t)
@@ -656,6 +656,13 @@ func TestPartitionMidBatch(t *testing.T) {
 					t.Fatalf("batch %d: %v", i, err)
 				}
 			}
+			heal := ns.Impair(t, netnstest.Impairment{Delay: 2 * time.Millisecond, Jitter: 2 * time.Millisecond, Loss: 0.02, Reorder: 0.1})
+			for i := 10; i < 30; i++ {
+				if err := tryBatch(ctx, e, tg, src, i, 0, 20*time.Second); err != nil {
+					t.Fatalf("batch %d with delay, loss and reordering: %v", i, err)
+				}
+			}
+			heal()
 			link := func(state string) {
 				t.Helper()
 				if out, err := exec.Command("ip", "link", "set", ns.HostIf, state).CombinedOutput(); err != nil {
