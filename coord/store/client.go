@@ -321,7 +321,7 @@ func (c *tcpClient) redial() {
 			continue
 		}
 		if err := c.start(conn); err != nil {
-			continue // closed, or the new link broke at once (its reader redials)
+			return // closed, or the new link broke at once: its reader dials again
 		}
 		c.log.Info("store link back", "url", "tcp://"+c.addr, "rank", rank, "tries", tries)
 		return
@@ -559,6 +559,9 @@ func (c *tcpClient) Close() error {
 	c.closed = true
 	close(c.stop)
 	l := c.link
+	if c.err != nil { // down: later calls say closed, not the old link's loss
+		c.err = fmt.Errorf("%w: client closed", ErrIO)
+	}
 	c.mu.Unlock()
 	if l != nil {
 		c.lost(l, fmt.Errorf("%w: client closed", ErrIO))
