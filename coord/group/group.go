@@ -243,7 +243,9 @@ func decodeMembers(b []byte) ([]int, error) {
 	var m []int
 	for _, p := range strings.Split(s, ",") {
 		r, err := strconv.Atoi(p)
-		if err != nil || r < 0 || r >= store.MaxWorldSize {
+		// Sorted and distinct, as every view is written: members are looked up by binary
+		// search, and a rank listed twice would count twice.
+		if err != nil || r < 0 || r >= store.MaxWorldSize || len(m) > 0 && r <= m[len(m)-1] {
 			return nil, fmt.Errorf("%w: group view %q", store.ErrInvalidMessage, b)
 		}
 		m = append(m, r)

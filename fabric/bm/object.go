@@ -391,6 +391,29 @@ func (b *BigMemory) follow(group.View) {
 	}
 }
 
+// decodeDesc decodes rank r's descriptor (from the store: untrusted) and refuses one that
+// names another rank, carries a card no process of ours would publish, or has slices past the
+// strides (0: this process has no such space, and does not look).
+func decodeDesc(raw []byte, r int, dramStride, hbmStride uint64) (desc, error) {
+	var d desc
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return desc{}, fmt.Errorf("bm: rank %d's descriptor: %w: %w", r, status.ErrProtocol, err)
+	}
+	if d.Card.Rank != r {
+		return desc{}, fmt.Errorf("bm: rank %d's descriptor names rank %d: %w", r, d.Card.Rank, status.ErrProtocol)
+	}
+	if err := d.Card.Validate(); err != nil {
+		return desc{}, fmt.Errorf("bm: rank %d's descriptor: %w", r, err)
+	}
+	if dramStride != 0 && d.DRAM > dramStride || hbmStride != 0 && d.HBM > hbmStride {
+		return desc{}, fmt.Errorf("bm: rank %d's slices exceed the strides: %w", r, status.ErrProtocol)
+	}
+	if _, err := parseTagOps(d.TagOpInfo); err != nil {
+		return desc{}, fmt.Errorf("bm: rank %d's descriptor: %w: %w", r, status.ErrProtocol, err)
+	}
+	return d, nil
+}
+
 // admit reads rank r's descriptor, teaches the mesh its card and maps its DRAM slice when it
 // is on this host and both may use shared memory.
 func (b *BigMemory) admit(r int) error {
@@ -400,15 +423,16 @@ func (b *BigMemory) admit(r int) error {
 	if err != nil {
 		return err
 	}
-	var d desc
-	if err := json.Unmarshal(raw, &d); err != nil {
-		return fmt.Errorf("bm: rank %d's descriptor: %w: %w", r, status.ErrProtocol, err)
+	var dramStride, hbmStride uint64
+	if b.dram != nil {
+		dramStride = b.dram.Stride
 	}
-	if d.Card.Rank != r {
-		return fmt.Errorf("bm: rank %d's descriptor names rank %d: %w", r, d.Card.Rank, status.ErrProtocol)
+	if b.hbm != nil {
+		hbmStride = b.hbm.Stride
 	}
-	if b.dram != nil && d.DRAM > b.dram.Stride || b.hbm != nil && d.HBM > b.hbm.Stride {
-		return fmt.Errorf("bm: rank %d's slices exceed the strides: %w", r, status.ErrProtocol)
+	d, err := decodeDesc(raw, r, dramStride, hbmStride)
+	if err != nil {
+		return err
 	}
 	b.mesh.Add(d.Card)
 	ops := b.pairOps(d)

@@ -273,9 +273,9 @@ func (w *World) Create(ctx context.Context, id int, size uint64) (h *Heap, err e
 		if r == w.rank {
 			continue
 		}
-		var d desc
-		if err := json.Unmarshal(raw, &d); err != nil || d.Card.Rank != r {
-			return nil, fmt.Errorf("shmem: rank %d's descriptor: %w", r, status.ErrProtocol)
+		d, err := decodeDesc(raw, r)
+		if err != nil {
+			return nil, err
 		}
 		h.mesh.Add(d.Card)
 		p := &peer{card: d.Card, ops: OpRDMA}
@@ -292,6 +292,22 @@ func (w *World) Create(ctx context.Context, id int, size uint64) (h *Heap, err e
 		return nil, fmt.Errorf("shmem: create: %w", err)
 	}
 	return h, nil
+}
+
+// decodeDesc decodes rank r's descriptor (from the allgather: untrusted) and refuses one that
+// names another rank or carries a card no process of ours would publish.
+func decodeDesc(raw []byte, r int) (desc, error) {
+	var d desc
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return desc{}, fmt.Errorf("shmem: rank %d's descriptor: %w: %w", r, status.ErrProtocol, err)
+	}
+	if d.Card.Rank != r {
+		return desc{}, fmt.Errorf("shmem: rank %d's descriptor names rank %d: %w", r, d.Card.Rank, status.ErrProtocol)
+	}
+	if err := d.Card.Validate(); err != nil {
+		return desc{}, fmt.Errorf("shmem: rank %d's descriptor: %w", r, err)
+	}
+	return d, nil
 }
 
 func seq(n int) []int {

@@ -442,6 +442,9 @@ func (e *Engine) peer(ctx context.Context, uid string) (*peer, error) {
 	if err := e.call(ctx, uid, "hello", nil, &h); err != nil {
 		return nil, err
 	}
+	if err := h.Card.Validate(); err != nil { // the peer's answer: untrusted
+		return nil, fmt.Errorf("trans: peer %s: %w", uid, err)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if p := e.peers[uid]; p != nil {

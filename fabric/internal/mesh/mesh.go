@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/hmc-go/hmc/auth"
 	"github.com/hmc-go/hmc/buffer"
@@ -34,16 +36,56 @@ func (c Card) Encode() []byte {
 	return b
 }
 
-// ParseCard decodes a card, refusing one that names no transport.
+// ParseCard decodes a card and validates it.
 func ParseCard(b []byte) (Card, error) {
 	var c Card
 	if err := json.Unmarshal(b, &c); err != nil {
 		return Card{}, fmt.Errorf("mesh: card: %w: %w", status.ErrProtocol, err)
 	}
-	if c.Rank < 0 || len(c.Addrs) == 0 {
-		return Card{}, fmt.Errorf("mesh: card of rank %d with %d addresses: %w", c.Rank, len(c.Addrs), status.ErrProtocol)
+	if err := c.Validate(); err != nil {
+		return Card{}, err
 	}
 	return c, nil
+}
+
+// cardKinds are the transports a card may name.
+var cardKinds = []transport.ConnType{transport.TCP, transport.SHM, transport.UCX, transport.RDMA}
+
+// Validate refuses a card (from the store or a peer: untrusted) that no process of ours would
+// publish: a negative rank, no address, a transport we do not know, an address that is not
+// ip:port (shm: a Unix socket's name), an IP or boot id that is not one.
+func (c Card) Validate() error {
+	bad := func(what string) error {
+		return fmt.Errorf("mesh: card of rank %d: %s: %w", c.Rank, what, status.ErrProtocol)
+	}
+	if c.Rank < 0 {
+		return bad("negative rank")
+	}
+	if len(c.Addrs) == 0 || len(c.Addrs) > len(cardKinds) {
+		return bad(fmt.Sprintf("%d addresses", len(c.Addrs)))
+	}
+	for k, a := range c.Addrs {
+		if !slices.ContainsFunc(cardKinds, func(t transport.ConnType) bool { return t.String() == k }) {
+			return bad(fmt.Sprintf("unknown transport %q", k))
+		}
+		if k == transport.SHM.String() { // a Unix socket: abstract (@name) or a path
+			if len(a) < 2 || len(a) > 107 || (a[0] != '@' && a[0] != '/') || strings.ContainsRune(a, 0) || !utf8.ValidString(a) {
+				return bad(fmt.Sprintf("%s address %q", k, a))
+			}
+			continue
+		}
+		host, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n <= 0 || n > 65535 || net.ParseIP(host) == nil {
+			return bad(fmt.Sprintf("%s address %q", k, a))
+		}
+	}
+	if c.IP != "" && net.ParseIP(c.IP) == nil {
+		return bad(fmt.Sprintf("IP %q", c.IP))
+	}
+	if len(c.Boot) > 64 || !utf8.ValidString(c.Boot) {
+		return bad(fmt.Sprintf("boot id %q", c.Boot))
+	}
+	return nil
 }
 
 // Config configures a Mesh.
