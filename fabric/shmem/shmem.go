@@ -221,9 +221,10 @@ func (w *World) Create(ctx context.Context, id int, size uint64) (h *Heap, err e
 	h = &Heap{w: w, id: id, size: size, table: buffer.NewTable(), fds: [2]int{-1, -1}, peers: make([]*peer, w.world)}
 	w.heaps[id] = h
 	w.mu.Unlock()
+	made := h // the error returns below return a nil h
 	defer func() {
 		if err != nil {
-			_ = h.destroy()
+			_ = made.destroy()
 		}
 	}()
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.ControlTimeout)
