@@ -123,6 +123,27 @@ func TestInitAndCreateRejects(t *testing.T) {
 	}
 }
 
+// A Create that fails once the heap is under way (here: the other rank never comes, and the
+// deadline ends the barrier) returns a typed error, frees the id, and leaves nothing behind.
+func TestCreateFailsCleanly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := DefaultConfig()
+	w, err := Init(ctx, "tcp://127.0.0.1:0", 2, 0, 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for range 2 { // the id is free again after a failure
+		cctx, ccancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		h, err := w.Create(cctx, 3, 2<<20)
+		ccancel()
+		if h != nil || !errors.Is(err, status.ErrTimeout) {
+			t.Fatalf("create without the other rank: %v %v, want ErrTimeout", h, err)
+		}
+	}
+}
+
 // The store killed with SIGKILL while 4 ranks (even ones mapping each other's blocks, odd ones
 // over TCP) put, get, add atomically and meet at heap barriers: none of these needs the store,
 // so every one before, during and after its death completes, value- and byte-checked; a control
