@@ -284,6 +284,16 @@ func TestInitAndCreateRejects(t *testing.T) {
 	if _, err := f.Create(ctx, 1, Options{LocalDRAM: 2 << 20}); err != nil {
 		t.Fatalf("create after destroy: %v", err)
 	}
+	// A Create that fails once under way (its context is gone) returns the error, not a
+	// panic in its cleanup, and frees the id.
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if b, err := f.Create(gone, 2, Options{LocalDRAM: 2 << 20}); b != nil || err == nil {
+		t.Fatalf("create with a canceled context: %v %v", b, err)
+	}
+	if _, err := f.Create(ctx, 2, Options{LocalDRAM: 2 << 20}); err != nil {
+		t.Fatalf("create after a failed one: %v", err)
+	}
 	_ = store.ErrNotExist
 }
 

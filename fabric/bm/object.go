@@ -114,9 +114,10 @@ func (f *Fabric) Create(ctx context.Context, id int, o Options) (b *BigMemory, e
 		table: buffer.NewTable(), tags: tags, members: make(map[int]*member), user: make(map[uint64]*buffer.Region)}
 	f.objects[id] = b
 	f.mu.Unlock()
+	made := b // the error returns below return a nil b
 	defer func() {
 		if err != nil {
-			_ = b.teardown()
+			_ = made.teardown()
 		}
 	}()
 	ctx, cancel := context.WithTimeout(ctx, b.ctl)
