@@ -3,7 +3,6 @@ package comm
 import (
 	"context"
 	"errors"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -159,17 +158,10 @@ func TestFaultsAcrossNamespaces(t *testing.T) {
 	})
 
 	t.Run("partition and heal", func(t *testing.T) {
-		link := func(state string) {
-			t.Helper()
-			if out, err := exec.Command("ip", "link", "set", ns.HostIf, state).CombinedOutput(); err != nil {
-				t.Fatalf("ip link set %s %s: %v: %s", ns.HostIf, state, err, out)
-			}
-		}
 		const off, n = 20 << 20, 256 << 10
 		unchanged := s.guarded(off, n, 40)
 		s.fillLocal(0, n, 40)
-		link("down")
-		defer link("up")
+		relink := ns.Partition(t)
 		expectTimeout(t, "put across a partition", 300*time.Millisecond, func(ctx context.Context) error { return p.Put(ctx, 0, off, n) })
 		expectTimeout(t, "get across a partition", 300*time.Millisecond, func(ctx context.Context) error { return p.Get(ctx, 4<<20, 4096, 4096) })
 		expectTimeout(t, "control message across a partition", 300*time.Millisecond, func(ctx context.Context) error {
@@ -177,7 +169,7 @@ func TestFaultsAcrossNamespaces(t *testing.T) {
 			return err
 		})
 		time.Sleep(time.Second)
-		link("up")
+		relink()
 		s.putChecked(p, 41, 24<<20, 3<<20+9)
 		s.getChecked(p, 42, 28<<20, 1<<20)
 		if !unchanged() {

@@ -210,21 +210,14 @@ func TestPartitionedMemberRejoins(t *testing.T) {
 	for _, p := range append(ps, cut) {
 		p.expect(t, "WHOLE", 30*time.Second)
 	}
-	link := func(state string) {
-		t.Helper()
-		if out, err := exec.Command("ip", "link", "set", ns.HostIf, state).CombinedOutput(); err != nil {
-			t.Fatalf("ip link set %s %s: %v: %s", ns.HostIf, state, err, out)
-		}
-	}
-	link("down")
-	defer link("up")
+	relink := ns.Partition(t)
 	start := time.Now()
 	for _, p := range ps {
 		p.expect(t, "SHRUNK", 15*time.Second)
 	}
 	t.Logf("the others go on without the cut-off member %v after the partition", time.Since(start).Round(time.Millisecond))
 	time.Sleep(time.Second)
-	link("up")
+	relink()
 	start = time.Now()
 	for _, p := range append(ps, cut) {
 		p.expect(t, "WHOLE", 30*time.Second)

@@ -240,20 +240,13 @@ func TestPartitionedRankRejoins(t *testing.T) {
 	for _, p := range ps {
 		p.expect(t, "ALL", 60*time.Second)
 	}
-	link := func(state string) {
-		t.Helper()
-		if out, err := exec.Command("ip", "link", "set", ns.HostIf, state).CombinedOutput(); err != nil {
-			t.Fatalf("ip link set %s %s: %v: %s", ns.HostIf, state, err, out)
-		}
-	}
-	link("down")
-	defer link("up")
+	relink := ns.Partition(t)
 	start := time.Now()
 	for _, p := range ps {
 		p.expect(t, "PART", 10*time.Second)
 	}
 	time.Sleep(time.Until(start.Add(6 * time.Second))) // past the store's 4 s link timeout
-	link("up")
+	relink()
 	start = time.Now()
 	for _, p := range ps {
 		p.expect(t, "ALL", 60*time.Second)

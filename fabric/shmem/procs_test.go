@@ -195,89 +195,106 @@ func TestRankKilledMidRMA(t *testing.T) {
 // say RUNNING it calls fault, tells them "killed", waits for OK from every rank still running,
 // then tells them "exit" and wants each to exit cleanly.
 func runFault(t *testing.T, mode, url string, world int, fault func([]*exec.Cmd), env ...string) {
-	type rank struct {
-		cmd   *exec.Cmd
-		stdin io.WriteCloser
-		lines chan string
-	}
-	ranks := make([]*rank, world)
+	ranks := make([]*rankProc, world)
 	for r := range ranks {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "HMC_SHMEM_CHILD="+mode, "HMC_SHMEM_OPS=mixed", "HMC_STORE_URL="+url,
-			fmt.Sprintf("HMC_WORLD=%d", world), fmt.Sprintf("HMC_RANK=%d", r))
-		cmd.Env = append(cmd.Env, env...)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		rk := &rank{cmd: cmd, stdin: stdin, lines: make(chan string, 16)}
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				rk.lines <- sc.Text()
-			}
-			close(rk.lines)
-		}()
-		ranks[r] = rk
+		ranks[r] = startRank(t, exec.Command(os.Args[0], "-test.run=^$"), append([]string{"HMC_SHMEM_CHILD=" + mode,
+			"HMC_SHMEM_OPS=mixed", "HMC_STORE_URL=" + url, fmt.Sprintf("HMC_WORLD=%d", world), fmt.Sprintf("HMC_RANK=%d", r)}, env...)...)
 	}
-	expect := func(r int, prefix string) {
-		t.Helper()
-		timeout := time.After(60 * time.Second)
-		for {
-			select {
-			case l, ok := <-ranks[r].lines:
-				if !ok {
-					t.Fatalf("rank %d exited before %q", r, prefix)
-				}
-				t.Logf("rank %d: %s", r, l)
-				if strings.HasPrefix(l, "FAIL") {
-					t.Fatalf("rank %d: %s", r, l)
-				}
-				if strings.HasPrefix(l, prefix) {
-					return
-				}
-			case <-timeout:
-				t.Fatalf("rank %d: no %q within 60 s", r, prefix)
-			}
-		}
-	}
-	say := func(what string) {
-		t.Helper()
-		for _, rk := range ranks {
-			if _, err := io.WriteString(rk.stdin, what+"\n"); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for r := range ranks {
-		expect(r, "RUNNING")
+	for r, rk := range ranks {
+		rk.expect(t, r, "RUNNING")
 	}
 	cmds := make([]*exec.Cmd, world)
 	for r, rk := range ranks {
 		cmds[r] = rk.cmd
 	}
 	fault(cmds)
-	var live []*rank
+	var live []*rankProc
 	for _, rk := range ranks {
 		if rk.cmd.ProcessState == nil { // not killed and reaped by fault
 			live = append(live, rk)
 		}
 	}
 	ranks = live
-	say("killed")
-	for r := range ranks {
-		expect(r, "OK")
+	sayAll(t, ranks, "killed")
+	for r, rk := range ranks {
+		rk.expect(t, r, "OK")
 	}
-	say("exit")
+	sayAll(t, ranks, "exit")
+	waitExit(t, ranks)
+}
+
+// rankProc is a rank in its own process, told what to do next on stdin.
+type rankProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+}
+
+// startRank starts cmd (this test binary, run some way) with env added; Cleanup kills it.
+func startRank(t *testing.T, cmd *exec.Cmd, env ...string) *rankProc {
+	t.Helper()
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	rk := &rankProc{cmd: cmd, stdin: stdin, lines: make(chan string, 16)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			rk.lines <- sc.Text()
+		}
+		close(rk.lines)
+	}()
+	return rk
+}
+
+// expect reads rank r's lines until one starts with prefix; FAIL, its exit or 90 s first fail
+// the test.
+func (rk *rankProc) expect(t *testing.T, r int, prefix string) {
+	t.Helper()
+	timeout := time.After(90 * time.Second)
+	for {
+		select {
+		case l, ok := <-rk.lines:
+			if !ok {
+				t.Fatalf("rank %d exited before %q", r, prefix)
+			}
+			t.Logf("rank %d: %s", r, l)
+			if strings.HasPrefix(l, "FAIL") {
+				t.Fatalf("rank %d: %s", r, l)
+			}
+			if strings.HasPrefix(l, prefix) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("rank %d: no %q within 90 s", r, prefix)
+		}
+	}
+}
+
+// sayAll tells every rank what (a line on its stdin).
+func sayAll(t *testing.T, ranks []*rankProc, what string) {
+	t.Helper()
+	for _, rk := range ranks {
+		if _, err := io.WriteString(rk.stdin, what+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitExit wants every rank to exit cleanly within 30 s.
+func waitExit(t *testing.T, ranks []*rankProc) {
+	t.Helper()
 	for r, rk := range ranks {
 		exited := make(chan error, 1)
 		go func() { exited <- rk.cmd.Wait() }()
@@ -287,7 +304,7 @@ func runFault(t *testing.T, mode, url string, world int, fault func([]*exec.Cmd)
 				t.Errorf("rank %d: %v", r, err)
 			}
 		case <-time.After(30 * time.Second):
-			t.Fatalf("rank %d does not exit without the store", r)
+			t.Fatalf("rank %d does not exit", r)
 		}
 	}
 }
@@ -305,85 +322,33 @@ func TestNetworkFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	type rank struct {
-		stdin io.WriteCloser
-		lines chan string
-		cmd   *exec.Cmd
-	}
-	var ranks []*rank
+	var ranks []*rankProc
 	for r := range world {
 		cmd, bind := exec.Command(os.Args[0], "-test.run=^$"), ns.HostIP
 		if r == world-1 {
 			cmd, bind = ns.Command(os.Args[0], "-test.run=^$"), ns.NSIP
 		}
-		cmd.Env = append(os.Environ(), "HMC_SHMEM_CHILD=netfault", "HMC_SHMEM_OPS=tcp", "HMC_STORE_URL="+srv.URL(),
-			"HMC_SHMEM_BIND="+bind, fmt.Sprintf("HMC_WORLD=%d", world), fmt.Sprintf("HMC_RANK=%d", r))
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		rk := &rank{stdin: stdin, lines: make(chan string, 16), cmd: cmd}
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				rk.lines <- sc.Text()
-			}
-			close(rk.lines)
-		}()
-		ranks = append(ranks, rk)
+		ranks = append(ranks, startRank(t, cmd, "HMC_SHMEM_CHILD=netfault", "HMC_SHMEM_OPS=tcp", "HMC_STORE_URL="+srv.URL(),
+			"HMC_SHMEM_BIND="+bind, fmt.Sprintf("HMC_WORLD=%d", world), fmt.Sprintf("HMC_RANK=%d", r)))
 	}
 	all := func(prefix string) {
 		t.Helper()
 		for r, rk := range ranks {
-			select {
-			case l := <-rk.lines:
-				if !strings.HasPrefix(l, prefix) {
-					t.Fatalf("rank %d: %q, want %s", r, l, prefix)
-				}
-			case <-time.After(90 * time.Second):
-				t.Fatalf("rank %d: no %s within 90 s", r, prefix)
-			}
+			rk.expect(t, r, prefix)
 		}
 	}
-	say := func(what string) {
-		t.Helper()
-		for _, rk := range ranks {
-			if _, err := io.WriteString(rk.stdin, what+"\n"); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	say := func(what string) { t.Helper(); sayAll(t, ranks, what) }
 	all("READY")
 	heal := ns.Impair(t, netnstest.Impairment{Delay: 2 * time.Millisecond, Jitter: 2 * time.Millisecond, Loss: 0.02, Reorder: 0.1})
 	say("impaired")
 	all("IMPAIRED")
 	heal()
-	link := func(state string) {
-		t.Helper()
-		if out, err := exec.Command("ip", "link", "set", ns.HostIf, state).CombinedOutput(); err != nil {
-			t.Fatalf("ip link set %s %s: %v: %s", ns.HostIf, state, err, out)
-		}
-	}
-	link("down")
-	defer link("up")
+	relink := ns.Partition(t)
 	say("cut")
 	all("CUT")
-	link("up")
+	relink()
 	say("healed")
 	all("OK")
 	say("exit")
-	for r, rk := range ranks {
-		if err := rk.cmd.Wait(); err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
-	}
+	waitExit(t, ranks)
 }

@@ -663,14 +663,7 @@ func TestLinkFaultsMidBatch(t *testing.T) {
 				}
 			}
 			heal()
-			link := func(state string) {
-				t.Helper()
-				if out, err := exec.Command("ip", "link", "set", ns.HostIf, state).CombinedOutput(); err != nil {
-					t.Fatalf("ip link set %s %s: %v: %s", ns.HostIf, state, err, out)
-				}
-			}
-			link("down")
-			defer link("up")
+			relink := ns.Partition(t)
 			for i := 100; i < 103; i++ {
 				const d = 500 * time.Millisecond
 				start := time.Now()
@@ -685,7 +678,7 @@ func TestLinkFaultsMidBatch(t *testing.T) {
 				t.Logf("batch %d across the partition: after %v: %v", i, took.Round(time.Millisecond), err)
 			}
 			time.Sleep(time.Second)
-			link("up")
+			relink()
 			healed := time.Now()
 			for i := 200; ; i++ { // the first ones may still meet the cut-off link
 				err := tryBatch(ctx, e, tg, src, i, 0, 5*time.Second)

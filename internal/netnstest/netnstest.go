@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -65,4 +66,22 @@ func New(t testing.TB) *NS {
 // Command returns cmd to run inside the namespace.
 func (n *NS) Command(name string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
+}
+
+// Partition takes the pair down (this side's end: both directions stop, as a cut cable) until
+// heal is called; t.Cleanup heals it too.
+func (n *NS) Partition(t testing.TB) (heal func()) {
+	t.Helper()
+	n.link(t, "down")
+	var once sync.Once
+	heal = func() { once.Do(func() { n.link(t, "up") }) }
+	t.Cleanup(heal)
+	return heal
+}
+
+func (n *NS) link(t testing.TB, state string) {
+	t.Helper()
+	if out, err := exec.Command("ip", "link", "set", n.HostIf, state).CombinedOutput(); err != nil {
+		t.Fatalf("ip link set %s %s: %v: %s", n.HostIf, state, err, out)
+	}
 }

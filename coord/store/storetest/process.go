@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hmc-go/hmc/coord/store"
+	"github.com/hmc-go/hmc/status"
 )
 
 // childEnv marks a re-executed test binary that is to serve a store (its value: the world size).
@@ -74,4 +77,29 @@ func SpawnServer(t testing.TB, world int) *Server {
 func (s *Server) Kill() {
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
+}
+
+// AfterKill checks an operation that needs the store (op: a barrier), run after the test
+// killed the store: it must fail with ErrIO or a timeout within 2 s (and little more), or, when
+// survives (one member of a 3-member etcd cluster was killed, not the store), succeed within
+// 30 s while etcd elects a new leader. It returns a line for the log, or what went wrong.
+func AfterKill(ctx context.Context, survives bool, op func(context.Context) error) (string, error) {
+	d := 2 * time.Second
+	if survives {
+		d = 30 * time.Second
+	}
+	octx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	start := time.Now()
+	err := op(octx)
+	took := time.Since(start)
+	switch {
+	case survives && err != nil:
+		return "", fmt.Errorf("after one etcd member died: %w (after %v)", err, took)
+	case !survives && !errors.Is(err, store.ErrIO) && !errors.Is(err, status.ErrTimeout):
+		return "", fmt.Errorf("without the store: %v, want store.ErrIO or a timeout", err)
+	case took > d+2*time.Second:
+		return "", fmt.Errorf("without the store: failed after %v", took)
+	}
+	return fmt.Sprintf("%v after %v", err, took.Round(time.Millisecond)), nil
 }
