@@ -136,6 +136,19 @@ func (c *Cluster) Leader(ctx context.Context) (*Member, error) {
 	return nil, fmt.Errorf("no etcd leader among %v", c.Endpoints())
 }
 
+// KillLeader kills the member that leads now (SIGKILL) and returns its name; it waits at most
+// 10 s to find it.
+func (c *Cluster) KillLeader() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := c.Leader(ctx)
+	if err != nil {
+		return "", err
+	}
+	m.Kill()
+	return m.Name, nil
+}
+
 // Stop kills every member.
 func (c *Cluster) Stop() {
 	for _, m := range c.Members {
