@@ -404,13 +404,7 @@ func outliveStore(ctx context.Context, b *BigMemory, me, world int) error {
 		return err
 	}
 	fmt.Println("RUNNING", me)
-	said := make(chan string, 2)
-	go func() {
-		in := bufio.NewScanner(os.Stdin)
-		for in.Scan() {
-			said <- in.Text()
-		}
-	}()
+	said := parentSays()
 	k := 1
 	for during := true; during; k++ {
 		select {
@@ -449,13 +443,7 @@ func outlivePartition(ctx context.Context, b *BigMemory, me, world int) error {
 	if err := b.Barrier(ctx); err != nil {
 		return err
 	}
-	said := make(chan string, 1)
-	go func() {
-		in := bufio.NewScanner(os.Stdin)
-		for in.Scan() {
-			said <- in.Text()
-		}
-	}()
+	said := parentSays()
 	host := func(r int) uint64 { p, _ := b.PtrByMemType(Host, r); return p }
 	w, r := make([]byte, 64<<10), make([]byte, 64<<10)
 	state := ""
@@ -510,4 +498,16 @@ func outlivePartition(ctx context.Context, b *BigMemory, me, world int) error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// parentSays returns the lines the parent writes on this child's stdin (what to do next).
+func parentSays() <-chan string {
+	said := make(chan string, 4)
+	go func() {
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			said <- in.Text()
+		}
+	}()
+	return said
 }
