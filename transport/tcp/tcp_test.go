@@ -3,6 +3,7 @@ package tcp
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -327,6 +328,72 @@ func TestOnWriteNotifiesAfterLanding(t *testing.T) {
 	case l := <-got:
 		t.Fatalf("a get notified: %+v", l)
 	default:
+	}
+}
+
+// TestLanePutsLandInPostedOrder: on one lane, puts land in the order one goroutine posted
+// them, whether the poster wrote its own (small, writer idle) or the writer goroutine did
+// (large, or queued behind one), with earlier puts still awaiting their acks.
+func TestLanePutsLandInPostedOrder(t *testing.T) {
+	const (
+		big   = 128 << 10 // above directWriteMax: always the writer goroutine's
+		slots = 16
+		n     = 3000
+	)
+	region, _ := buffer.New(0, big, memory.CPU)
+	defer region.Close()
+	var seen []uint64 // the value at offset 0 as each put lands, in landing order
+	srv, err := newTCP(t).Listen(transport.ServerConfig{BindAddr: "127.0.0.1:0", Region: region, OnWrite: func(off, _ uint64) {
+		if off == 0 {
+			seen = append(seen, binary.LittleEndian.Uint64(region.Bytes()))
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	tr, err := New(Config{ChunkSize: 1 << 20, Lanes: 1, MaxInflight: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, _ := buffer.New(0, slots*big, memory.CPU)
+	defer local.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ep, err := tr.Dial(ctx, transport.DialConfig{Addr: srv.Addr(), Local: local})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	ops := make([]*transport.Op, n)
+	for i := range n {
+		if i >= slots-8 { // a slot is reused only once its put completed
+			if err := ops[i-(slots-8)].Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		off := uint64(i%slots) * big
+		binary.LittleEndian.PutUint64(local.Bytes()[off:], uint64(i+1))
+		size := uint64(8)
+		if i%3 == 0 {
+			size = big
+		}
+		if ops[i], err = ep.PutAsync(ctx, off, 0, size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, op := range ops[n-(slots-8):] {
+		if err := op.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("%d puts landed, want %d", len(seen), n)
+	}
+	for i, v := range seen {
+		if v != uint64(i+1) {
+			t.Fatalf("put %d landed as number %d: out of order", v, i+1)
+		}
 	}
 }
 
