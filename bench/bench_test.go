@@ -49,6 +49,7 @@ func TestServeAndRun(t *testing.T) {
 		{Op: "get", Window: 3},
 		{Op: "lat"},
 		{Op: "pingpong"},
+		{Op: "pingpong", Notify: true},
 		{Op: "put", Mode: ModeUHM},
 		{Op: "put", Mode: ModeRDMACPU},
 		{Op: "put", Mode: ModeG2H2G},
@@ -85,6 +86,9 @@ func runCase(ctx context.Context, t *testing.T, cfg Config) {
 	name := cfg.Transport.String() + "-" + cfg.Op + "-" + cfg.Mode + "-" + cfg.Mem.String() + "-" + cfg.BufferMem.String()
 	if cfg.UCXAlloc {
 		name += "-ucxalloc"
+	}
+	if cfg.Notify {
+		name += "-notify"
 	}
 	t.Run(name, func(t *testing.T) {
 		ready := make(chan [2]any, 1)

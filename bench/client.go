@@ -62,6 +62,10 @@ type Config struct {
 	// straight into the target's. The server must be started with the same setting.
 	UCXAlloc bool
 	Verify   bool // checksum every transfer at the target (untimed)
+	// Notify makes the ping-pong wait for the peer's answer through the transport's write
+	// notification (comm.Config.OnRemoteWrite; TCP only) instead of polling its own memory,
+	// which is what ucx_perftest's ucp_put_lat does and the default.
+	Notify bool
 	// Auth authenticates every link with the server (comm.Config.Auth); zero: none.
 	Auth auth.Config
 	// Observer, if set, is told of every blocking operation (comm.Config.Observer): the CLI's

@@ -16,9 +16,10 @@ import (
 
 // The ping-pong measures what ucx_perftest's ucp_put_lat measures: each side puts a counter into
 // the other's buffer and waits for the peer's answer to land in its own; the latency is half the
-// round trip. Where ucx_perftest spins on the memory, the target here is woken by the
-// transport's write notification (comm.Config.OnRemoteWrite). The puts' completions are
-// collected one iteration later, off the critical path.
+// round trip. Each side polls its own memory for the answer, as ucp_put_lat does; with
+// Config.Notify (TCP) it is woken by the transport's write notification
+// (comm.Config.OnRemoteWrite) instead, which costs a goroutine wake-up per message. The puts'
+// completions are collected one iteration later, off the critical path.
 
 // seqAt atomically loads the u64 at the start of a host buffer (8-byte aligned: buffers are
 // page-aligned).
@@ -39,8 +40,8 @@ func (a arrivals) notify(_, _ uint64) {
 
 // await returns when b holds want. With notified (the peer's puts reach us through a transport
 // that calls OnRemoteWrite) it sleeps until signalled; the check after each wake-up makes a
-// stale signal harmless. Otherwise (shared memory, UCX: the peer writes our memory one-sidedly)
-// it spins on the memory, progressing the Communicator (UCX over tcp needs it) and yielding, and
+// stale signal harmless. Otherwise it spins on the memory (which shared memory and UCX write
+// one-sidedly, and TCP's server goroutine writes), progressing the Communicator (UCX over tcp needs it) and yielding, and
 // sleeps a little now and then so the runtime can poll the network. Either way it checks alive
 // every 100 ms, so a peer that died ends the wait with an error instead of a hang.
 func (a arrivals) await(ctx context.Context, c *comm.Communicator, b []byte, want uint64, notified bool, alive func() error) error {
@@ -97,6 +98,9 @@ func namedBy(ct transport.ConnType) transport.ConnType {
 	}
 	return transport.AUTO
 }
+
+// pingNotify, in a ping command's Off, asks the server to wait by notification too.
+const pingNotify = 1
 
 // notifies says whether a put over ct reaches the target through code that calls
 // OnRemoteWrite: TCP's server. SHM and UCX (RDMA) write the target's memory one-sidedly.
@@ -164,8 +168,12 @@ func (r *runner) pingpong(uint64) (Result, error) {
 		return Result{}, err
 	}
 	// Our puts reach the server over route; its answers reach us over the same kind.
-	notified := notifies(route)
-	if err := c.Ctrl().SendStruct(ctx, serverRank, command{Len: total, Port: uint32(myPort), Mem: uint32(route)}); err != nil {
+	notified := cfg.Notify && notifies(route)
+	var flags uint64
+	if notified {
+		flags |= pingNotify
+	}
+	if err := c.Ctrl().SendStruct(ctx, serverRank, command{Off: flags, Len: total, Port: uint32(myPort), Mem: uint32(route)}); err != nil {
 		return Result{}, err
 	}
 	region := r.buf.Bytes()

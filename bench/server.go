@@ -30,6 +30,7 @@ const (
 )
 
 type command struct {
+	// Off is an offset (cmdRecv), or for cmdPing the flags: pingNotify.
 	Off, Len uint64
 	Port     uint32 // the client's data port (cmdRecv)
 	Mem      uint32 // memory.Type of the stream destination (cmdRecv)
@@ -142,7 +143,7 @@ func Serve(ctx context.Context, cfg ServerConfig, ready func(dataAddr string, ct
 			if a := c.Ctrl().PeerAddr(clientRank); a != nil {
 				ip = hostOf(a.String())
 			}
-			if err := pong(ctx, c, arr, ip, int(cmd.Port), cmd.Len, cfg.Transport, notifies(transport.ConnType(cmd.Mem))); err != nil {
+			if err := pong(ctx, c, arr, ip, int(cmd.Port), cmd.Len, cfg.Transport, cmd.Off&pingNotify != 0 && notifies(transport.ConnType(cmd.Mem))); err != nil {
 				return fmt.Errorf("bench server: ping-pong: %w", err)
 			}
 		default:

@@ -28,7 +28,7 @@ type benchFlags struct {
 	transport, op, sizes, mem, bufMem, mode, plot, chunk string
 	iters, warmup, lanes, window, shmWorkers             int
 	duration, busyPoll                                   time.Duration
-	verify, jsonOut, quiet, ucxAlloc                     bool
+	verify, jsonOut, quiet, ucxAlloc, notify             bool
 	serverIP, metrics                                    string
 	dataPort, ctrlPort                                   int
 	auth                                                 authFlags
@@ -48,6 +48,7 @@ func (f *benchFlags) add(cmd *cobra.Command) {
 	fl.IntVar(&f.window, "window", 1, "transfers in flight for put/get (1: blocking)")
 	fl.StringVar(&f.mem, "mem", "cpu", "where the source data lives: cpu|cuda|rocm")
 	fl.StringVar(&f.bufMem, "buffer-mem", "cpu", "where the client's ConnBuffer lives: cpu|cuda|rocm (a device buffer: plain put/get, moved or staged by the transport)")
+	fl.BoolVar(&f.notify, "notify", false, "with --op pingpong over tcp, wait for the peer's answer through the transport's write notification instead of polling memory (ucp_put_lat polls)")
 	fl.BoolVar(&f.ucxAlloc, "ucx-alloc", true, "with --transport ucx, UCX allocates both ConnBuffers (ucp_mem_map ALLOCATE), as ucx_perftest does, so its shared-memory transports write straight into the target's; false: HMC's memfd buffers, registered")
 	fl.StringVar(&f.mode, "mode", "", "uhm_app mode: uhm|rdma_cpu|g2h2g|serial (default: plain buffer-to-buffer op)")
 	fl.BoolVar(&f.verify, "verify", false, "checksum every transfer at the target (untimed)")
@@ -94,7 +95,7 @@ func (f *benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
 		return bench.Config{}, err
 	}
 	cfg := bench.Config{Transport: ct, Op: f.op, Mode: f.mode, Sizes: sz, Iters: f.iters, Duration: f.duration,
-		Warmup: f.warmup, Lanes: f.lanes, Chunk: chunk, BusyPoll: f.busyPoll, SHMWorkers: f.shmWorkers, Window: f.window, Mem: mt, BufferMem: bt, UCXAlloc: f.ucxAlloc, Verify: f.verify, Auth: a}
+		Warmup: f.warmup, Lanes: f.lanes, Chunk: chunk, BusyPoll: f.busyPoll, SHMWorkers: f.shmWorkers, Window: f.window, Mem: mt, BufferMem: bt, UCXAlloc: f.ucxAlloc, Verify: f.verify, Notify: f.notify, Auth: a}
 	// Everything is checked before a server child starts or a byte is allocated.
 	if err := cfg.Validate(); err != nil {
 		return bench.Config{}, err
