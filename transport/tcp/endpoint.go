@@ -44,6 +44,7 @@ type lane struct {
 	done  chan struct{}     // closed by fail
 	send  *transport.Stager // device regions: PUT payloads (guarded by wmu)
 	recv  *transport.Stager // device regions: GET data (reader goroutine)
+	bulk  *bulkReader       // large GET replies (reader goroutine); nil: plain reads
 
 	// queued counts requests handed to the writer goroutine and not yet written: a poster
 	// writes its own request only when it is zero, so a lane's requests leave in the order
@@ -104,7 +105,7 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 			ep.Close()
 			return nil, fmt.Errorf("tcp: lanes of %s disagree on the region size or version: %w", cfg.Addr, status.ErrProtocol)
 		}
-		l := &lane{c: c, r: newReader(c, t.cfg.BusyPoll), slots: make(chan struct{}, t.cfg.MaxInflight), wq: make(chan outReq, t.cfg.MaxInflight),
+		l := &lane{c: c, r: newReader(c, t.cfg.BusyPoll), bulk: newBulkReader(c, t.cfg), slots: make(chan struct{}, t.cfg.MaxInflight), wq: make(chan outReq, t.cfg.MaxInflight),
 			done: make(chan struct{}), pending: make(map[uint64]pend)}
 		if local == nil {
 			if l.send, err = transport.NewStager(ep.region, 0, 0); err == nil {
@@ -456,7 +457,7 @@ func (ep *endpoint) readLoop(l *lane) {
 				return
 			}
 		} else if get {
-			if _, err := io.ReadFull(l.r, p.dst); err != nil {
+			if err := l.bulk.readConn(l.r, p.dst); err != nil {
 				err = fmt.Errorf("tcp: receive: %w", wrapIO(err))
 				p.op.Finish(err)
 				l.fail(err)

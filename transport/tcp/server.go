@@ -109,6 +109,7 @@ func (s *server) serveRequests(c net.Conn, ver uint16, peer uint32) error {
 	// payloads larger than the buffer are still read straight into the region.
 	br := bufio.NewReaderSize(newReader(c, s.t.cfg.BusyPoll), readBuffer)
 	rd := br
+	bulk := newBulkReader(c, s.t.cfg)
 	ack := &acker{c: c, br: br}
 	var (
 		rb   [reqSize]byte
@@ -133,7 +134,7 @@ func (s *server) serveRequests(c net.Conn, ver uint16, peer uint32) error {
 			return err
 		}
 		if r.mode != modeDefault || r.op == opAtomic {
-			if err := s.serveRegion(c, rd, ack, peer, r, &wb, &arr); err != nil {
+			if err := s.serveRegion(c, rd, bulk, ack, peer, r, &wb, &arr); err != nil {
 				return err
 			}
 			continue
@@ -149,7 +150,7 @@ func (s *server) serveRequests(c net.Conn, ver uint16, peer uint32) error {
 					return err // a device that fails mid-transfer ends the lane: the stream is out of step
 				}
 			case inRange:
-				if _, err := io.ReadFull(rd, s.region[r.offset:r.offset+r.length]); err != nil {
+				if err := bulk.readFull(rd, s.region[r.offset:r.offset+r.length]); err != nil {
 					return err
 				}
 				if s.onWrite != nil {
@@ -209,7 +210,7 @@ func (s *server) serveRequests(c net.Conn, ver uint16, peer uint32) error {
 // address), or an ATOMIC: the region is looked up and acquired, so a deregistration waits for
 // it, and the range checked, before a byte moves. A refused PUT's payload is read and dropped,
 // keeping the lane in step.
-func (s *server) serveRegion(c net.Conn, rd io.Reader, ack *acker, peer uint32, r request, wb *[respSize]byte, arr *[2][]byte) error {
+func (s *server) serveRegion(c net.Conn, rd *bufio.Reader, bulk *bulkReader, ack *acker, peer uint32, r request, wb *[respSize]byte, arr *[2][]byte) error {
 	var payload [atomicPayload]byte
 	if r.op == opAtomic {
 		if _, err := io.ReadFull(rd, payload[:]); err != nil {
@@ -225,7 +226,7 @@ func (s *server) serveRegion(c net.Conn, rd io.Reader, ack *acker, peer uint32, 
 	case opPut:
 		resp.op = opPutAck
 		if st == stOK {
-			if _, err := io.ReadFull(rd, mem); err != nil {
+			if err := bulk.readFull(rd, mem); err != nil {
 				return err
 			}
 		} else if _, err := io.CopyN(io.Discard, rd, int64(r.length)); err != nil {
