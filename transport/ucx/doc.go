@@ -32,6 +32,10 @@
 //   - Put = ucp_put_nbx + ucp_ep_flush_nbx (the put is visible at the target when the flush
 //     completes); Get = ucp_get_nbx. Ranges are checked against the size the target declared
 //     before anything is posted.
+//   - Over tcp, UCX 1.13 emulates RMA with active messages of at most UCX_TCP_TX_SEG_SIZE, each
+//     answered by a completion message. The context asks for 64 KiB segments (UCX's default
+//     is 8 KiB; its receive segments are 64 KiB) unless UCX_TCP_TX_SEG_SIZE or
+//     UCX_TCP_RX_SEG_SIZE is set: a 64 KiB put is one message and one answer, not eight.
 //   - The transport's resources (worker, loop) live while a server or endpoint uses them and
 //     are torn down (endpoints flushed, then closed with ucp_ep_close_nbx, memory unmapped,
 //     worker destroyed) when the last one closes; the context when its last worker and buffer
