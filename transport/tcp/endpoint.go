@@ -46,11 +46,6 @@ type lane struct {
 	recv  *transport.Stager // device regions: GET data (reader goroutine)
 	bulk  *bulkReader       // large GET replies (reader goroutine); nil: plain reads
 
-	// queued counts requests handed to the writer goroutine and not yet written: a poster
-	// writes its own request only when it is zero, so a lane's requests leave in the order
-	// they were posted.
-	queued atomic.Int32
-
 	failOnce sync.Once
 	mu       sync.Mutex
 	pending  map[uint64]pend // guarded by mu; nil once failed
@@ -293,22 +288,19 @@ func (l *lane) post(ctx context.Context, r request, span []byte, devOff uint64, 
 	}
 	l.pending[r.id] = p
 	l.mu.Unlock()
-	// A small request on a lane whose writer has nothing queued is written by the caller
-	// itself, even while earlier requests await their replies: no hand-off to the writer
-	// goroutine on the latency path (a ping-pong's next put is posted before the previous
-	// one's ack is read). Large ones are queued, so posting stays non-blocking.
-	if l.send == nil && len(out.payload) <= directWriteMax && l.queued.Load() == 0 && l.wmu.TryLock() {
-		if l.queued.Load() == 0 { // checked again under wmu: the writer may have taken one since
-			err := l.write(out)
-			l.wmu.Unlock()
-			if err != nil {
-				l.fail(err) // completes this request's op with err
-			}
-			return nil
-		}
+	// A small request on an idle lane (nothing else in flight) is written by the caller
+	// itself: no hand-off to the writer goroutine on the latency path. Only on an idle lane:
+	// there every earlier byte was acknowledged, so the socket's send buffer is empty and the
+	// write cannot block (with requests in flight to a peer that stopped answering it could,
+	// past the caller's deadline). Large ones are queued, so posting stays non-blocking.
+	if l.send == nil && len(out.payload) <= directWriteMax && len(l.slots) == 1 && l.wmu.TryLock() {
+		err := l.write(out)
 		l.wmu.Unlock()
+		if err != nil {
+			l.fail(err) // completes this request's op with err
+		}
+		return nil
 	}
-	l.queued.Add(1)
 	l.wq <- out // never blocks: we hold one of MaxInflight slots and wq has MaxInflight places
 	return nil
 }
@@ -339,19 +331,17 @@ func (l *lane) write(out outReq) error {
 }
 
 // writeMany sends out and the requests queued behind it (up to writeBatch of them) in one
-// writev: a batch of small PUTs costs one system call instead of one each. It returns how
-// many requests it took. Caller holds wmu.
-func (l *lane) writeMany(out outReq) (int, error) {
+// writev: a batch of small PUTs costs one system call instead of one each. Caller holds wmu.
+func (l *lane) writeMany(out outReq) error {
 	var hdrs [writeBatch][reqSize]byte
 	bufs := make(net.Buffers, 0, 2*writeBatch)
-	n := 0
-	for {
-		out.r.encode(&hdrs[n])
-		bufs = append(bufs, hdrs[n][:])
+	for i := 0; ; i++ {
+		out.r.encode(&hdrs[i])
+		bufs = append(bufs, hdrs[i][:])
 		if len(out.payload) > 0 {
 			bufs = append(bufs, out.payload)
 		}
-		if n++; n == writeBatch {
+		if i+1 == writeBatch {
 			break
 		}
 		select {
@@ -362,9 +352,9 @@ func (l *lane) writeMany(out outReq) (int, error) {
 		break
 	}
 	if _, err := bufs.WriteTo(l.c); err != nil {
-		return n, fmt.Errorf("tcp: send: %w", wrapIO(err))
+		return fmt.Errorf("tcp: send: %w", wrapIO(err))
 	}
-	return n, nil
+	return nil
 }
 
 // writeBatch bounds the requests one writev carries.
@@ -399,13 +389,11 @@ func (ep *endpoint) writeLoop(l *lane) {
 		case out := <-l.wq:
 			l.wmu.Lock()
 			var err error
-			n := 1
 			if len(l.wq) > 0 && l.send == nil {
-				n, err = l.writeMany(out)
+				err = l.writeMany(out)
 			} else {
 				err = l.write(out)
 			}
-			l.queued.Add(-int32(n)) // under wmu: a poster that then sees zero writes after these
 			l.wmu.Unlock()
 			if err != nil {
 				l.fail(err)

@@ -299,10 +299,7 @@ func TestOnWriteNotifiesAfterLanding(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ep, err := tr.Dial(ctx, transport.DialConfig{Addr: srv.Addr(), Local: local})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ep := dialTo(ctx, t, tr, srv.Addr(), local)
 	defer ep.Close()
 	if err := transport.Put(ctx, ep, 0, 100, 10); err != nil {
 		t.Fatal(err)
@@ -361,10 +358,7 @@ func TestLanePutsLandInPostedOrder(t *testing.T) {
 	defer local.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ep, err := tr.Dial(ctx, transport.DialConfig{Addr: srv.Addr(), Local: local})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ep := dialTo(ctx, t, tr, srv.Addr(), local)
 	defer ep.Close()
 	ops := make([]*transport.Op, n)
 	for i := range n {
@@ -424,10 +418,7 @@ func TestBulkPayloads(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ep, err := tr.Dial(ctx, transport.DialConfig{Addr: srv.Addr(), Local: local})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ep := dialTo(ctx, t, tr, srv.Addr(), local)
 	defer ep.Close()
 	for _, n := range []uint64{bulkMin - 1, bulkMin, bulkLowat - 1, bulkLowat, bulkLowat + 1, 3<<20 + 7, size - 3, size} {
 		off := (size - n) / 2 // somewhere inside, not aligned
@@ -482,6 +473,88 @@ func TestBulkPayloads(t *testing.T) {
 	if err := transport.Put(ctx, ep, 0, 0, bulkLowat); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestPutsMeetDeadlinesWhenPeerStopsReading: a target that welcomed the lane and then stopped
+// reading lets the socket buffers fill; every put posted after that, small or large, returns
+// by its caller's deadline with ErrTimeout, and none blocks in a write (a small put used to be
+// written by its poster, which may only happen on an idle lane, whose buffer is empty).
+func TestPutsMeetDeadlinesWhenPeerStopsReading(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	stuck := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		var hb [helloSize]byte
+		var wb [welcomeSize]byte
+		if _, err := io.ReadFull(c, hb[:]); err == nil {
+			h, _ := decodeHello(hb[:])
+			welcome{version: h.version, regionSize: 1 << 30}.encode(&wb)
+			_, _ = c.Write(wb[:])
+		}
+		stuck <- c // never read again
+	}()
+	tr, err := New(Config{Lanes: 1, ChunkSize: 1 << 20, MaxInflight: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, _ := buffer.New(0, 1<<20, memory.CPU)
+	defer local.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ep := dialTo(ctx, t, tr, l.Addr().String(), local)
+	defer ep.Close()
+	peer := <-stuck
+	defer peer.Close() // first: a write still blocked on it (a failing run) then ends
+	posted := make(chan error, 1)
+	go func() {
+		for i := range 400 { // 25 MiB: more than both socket buffers hold
+			if _, err := ep.PutAsync(ctx, 0, uint64(i)<<16, 64<<10); err != nil {
+				posted <- err
+				return
+			}
+		}
+		posted <- nil
+	}()
+	select {
+	case err := <-posted:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("posting puts blocked: a poster is writing to a socket whose buffer is full")
+	}
+	for _, n := range []uint64{8, 64 << 10, 1 << 20} {
+		dctx, dcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() { done <- transport.Put(dctx, ep, 0, 0, n) }()
+		select {
+		case err := <-done:
+			if took := time.Since(start); !errors.Is(err, status.ErrTimeout) || took > 2*time.Second {
+				t.Fatalf("a %d-byte put to a target that stopped reading: %v after %v, want ErrTimeout by 300 ms", n, err, took)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("a %d-byte put with a 300 ms deadline is still blocked after 5 s", n) // ep.Close ends it
+		}
+		dcancel()
+	}
+}
+
+// dialTo dials the server at addr from local, failing the test if it cannot.
+func dialTo(ctx context.Context, t *testing.T, tr transport.Transport, addr string, local *buffer.ConnBuffer) transport.Endpoint {
+	t.Helper()
+	ep, err := tr.Dial(ctx, transport.DialConfig{Addr: addr, Local: local})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ep
 }
 
 func BenchmarkPut(b *testing.B) {
