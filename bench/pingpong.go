@@ -41,9 +41,10 @@ func (a arrivals) notify(_, _ uint64) {
 // await returns when b holds want. With notified (the peer's puts reach us through a transport
 // that calls OnRemoteWrite) it sleeps until signalled; the check after each wake-up makes a
 // stale signal harmless. Otherwise it spins on the memory (which shared memory and UCX write
-// one-sidedly, and TCP's server goroutine writes), progressing the Communicator (UCX over tcp needs it) and yielding, and
-// sleeps a little now and then so the runtime can poll the network. Either way it checks alive
-// every 100 ms, so a peer that died ends the wait with an error instead of a hang.
+// one-sidedly, and TCP's server goroutine writes), progressing the Communicator (UCX over tcp
+// needs it) and yielding, and sleeps a little now and then so the runtime can poll the
+// network. Either way it checks alive every 100 ms, so a peer that died ends the wait with an
+// error instead of a hang.
 func (a arrivals) await(ctx context.Context, c *comm.Communicator, b []byte, want uint64, notified bool, alive func() error) error {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()

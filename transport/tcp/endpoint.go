@@ -10,7 +10,10 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hmc-go/hmc/auth"
 	"github.com/hmc-go/hmc/buffer"
@@ -45,6 +48,12 @@ type lane struct {
 	send  *transport.Stager // device regions: PUT payloads (guarded by wmu)
 	recv  *transport.Stager // device regions: GET data (reader goroutine)
 	bulk  *bulkReader       // large GET replies (reader goroutine); nil: plain reads
+	raw   syscall.RawConn   // c's socket, for a poster's non-blocking write; nil under TLS
+
+	// queued counts requests handed to the writer goroutine and not yet written: a poster
+	// writes its own request only when it is zero (under wmu), so a lane's requests leave in
+	// the order they were posted.
+	queued atomic.Int32
 
 	failOnce sync.Once
 	mu       sync.Mutex
@@ -56,6 +65,9 @@ type outReq struct {
 	r       request
 	payload []byte // a PUT's bytes (a slice of the local region)
 	devOff  uint64 // device regions: the PUT's local offset (payload is nil)
+	// rest, when set, is what a poster's non-blocking write left of its request (the end of
+	// the header, copied, and of the payload): the writer sends exactly these bytes.
+	rest net.Buffers
 }
 
 type pend struct {
@@ -102,6 +114,9 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 		}
 		l := &lane{c: c, r: newReader(c, t.cfg.BusyPoll), bulk: newBulkReader(c, t.cfg), slots: make(chan struct{}, t.cfg.MaxInflight), wq: make(chan outReq, t.cfg.MaxInflight),
 			done: make(chan struct{}), pending: make(map[uint64]pend)}
+		if tc, ok := c.(*net.TCPConn); ok {
+			l.raw, _ = tc.SyscallConn() // nil on error: posters write only on an idle lane
+		}
 		if local == nil {
 			if l.send, err = transport.NewStager(ep.region, 0, 0); err == nil {
 				if l.recv, err = transport.NewStager(ep.region, 0, 0); err != nil {
@@ -288,19 +303,35 @@ func (l *lane) post(ctx context.Context, r request, span []byte, devOff uint64, 
 	}
 	l.pending[r.id] = p
 	l.mu.Unlock()
-	// A small request on an idle lane (nothing else in flight) is written by the caller
-	// itself: no hand-off to the writer goroutine on the latency path. Only on an idle lane:
-	// there every earlier byte was acknowledged, so the socket's send buffer is empty and the
-	// write cannot block (with requests in flight to a peer that stopped answering it could,
-	// past the caller's deadline). Large ones are queued, so posting stays non-blocking.
-	if l.send == nil && len(out.payload) <= directWriteMax && len(l.slots) == 1 && l.wmu.TryLock() {
-		err := l.write(out)
-		l.wmu.Unlock()
-		if err != nil {
-			l.fail(err) // completes this request's op with err
+	// A small request is written by the caller itself when the writer goroutine has nothing
+	// queued: no hand-off on the latency path (a ping-pong posts its next put before the
+	// previous one's ack is read). The write must not block (with requests in flight to a peer
+	// that stopped answering, the send buffer fills, and no deadline reaches a goroutine
+	// blocked in a write): on a plain socket it is one non-blocking writev, and what the
+	// socket does not take goes to the writer goroutine, queued before wmu is released so
+	// that nothing overtakes it; under TLS, where bytes cannot be split, only an idle lane's
+	// request, whose send buffer is empty, is written directly. Large ones are queued, so
+	// posting stays non-blocking.
+	if l.send == nil && len(out.payload) <= directWriteMax && l.queued.Load() == 0 && (l.raw != nil || len(l.slots) == 1) && l.wmu.TryLock() {
+		if l.queued.Load() == 0 { // checked again under wmu: the writer may have taken one since
+			var err error
+			if l.raw == nil {
+				err = l.write(out)
+			} else if rest, done, werr := l.writeNow(out); werr != nil {
+				err = werr
+			} else if !done {
+				l.queued.Add(1)
+				l.wq <- outReq{rest: rest} // never blocks, as below
+			}
+			l.wmu.Unlock()
+			if err != nil {
+				l.fail(err) // completes this request's op with err
+			}
+			return nil
 		}
-		return nil
+		l.wmu.Unlock()
 	}
+	l.queued.Add(1)
 	l.wq <- out // never blocks: we hold one of MaxInflight slots and wq has MaxInflight places
 	return nil
 }
@@ -313,6 +344,9 @@ func (l *lane) write(out outReq) error {
 	out.r.encode(&l.hb)
 	var err error
 	switch {
+	case out.rest != nil: // what a poster's write left
+		bufs := out.rest
+		_, err = bufs.WriteTo(l.c)
 	case l.send != nil && out.payload == nil && out.r.op == opPut && out.r.length > 0: // a device region's PUT
 		if _, err = l.c.Write(l.hb[:]); err == nil {
 			err = l.send.Send(l.c, out.devOff, out.r.length)
@@ -330,18 +364,70 @@ func (l *lane) write(out outReq) error {
 	return nil
 }
 
+// writeNow writes out's header and payload with one non-blocking writev and reports whether
+// the socket took all of it; if not, rest is what is left (the header's end copied: l.hb is
+// reused). Caller holds wmu.
+func (l *lane) writeNow(out outReq) (rest net.Buffers, done bool, err error) {
+	out.r.encode(&l.hb)
+	l.arr[0], l.arr[1] = l.hb[:], out.payload
+	iov := l.arr[:1]
+	if len(out.payload) > 0 {
+		iov = l.arr[:2]
+	}
+	n := 0
+	var werr error
+	if cerr := l.raw.Write(func(fd uintptr) bool {
+		for {
+			n, werr = unix.Writev(int(fd), iov)
+			if werr != unix.EINTR {
+				return true // never wait for the socket: what it does not take is queued
+			}
+		}
+	}); cerr != nil {
+		return nil, false, fmt.Errorf("tcp: send: %w", wrapIO(cerr))
+	}
+	switch {
+	case werr == unix.EAGAIN:
+		n = 0
+	case werr != nil:
+		return nil, false, fmt.Errorf("tcp: send: %w", wrapIO(werr))
+	}
+	if n == reqSize+len(out.payload) {
+		return nil, true, nil
+	}
+	leftovers.Add(1)
+	if n < reqSize {
+		rest = append(rest, append([]byte(nil), l.hb[n:]...))
+		n = reqSize
+	}
+	if p := out.payload[n-reqSize:]; len(p) > 0 {
+		rest = append(rest, p)
+	}
+	return rest, false, nil
+}
+
+// leftovers counts the poster writes the socket did not take whole (tests look).
+var leftovers atomic.Int64
+
 // writeMany sends out and the requests queued behind it (up to writeBatch of them) in one
-// writev: a batch of small PUTs costs one system call instead of one each. Caller holds wmu.
-func (l *lane) writeMany(out outReq) error {
+// writev: a batch of small PUTs costs one system call instead of one each. It returns how
+// many requests it took. Caller holds wmu.
+func (l *lane) writeMany(out outReq) (int, error) {
 	var hdrs [writeBatch][reqSize]byte
 	bufs := make(net.Buffers, 0, 2*writeBatch)
-	for i := 0; ; i++ {
-		out.r.encode(&hdrs[i])
-		bufs = append(bufs, hdrs[i][:])
-		if len(out.payload) > 0 {
-			bufs = append(bufs, out.payload)
+	n := 0
+	for {
+		switch {
+		case out.rest != nil:
+			bufs = append(bufs, out.rest...)
+		default:
+			out.r.encode(&hdrs[n])
+			bufs = append(bufs, hdrs[n][:])
+			if len(out.payload) > 0 {
+				bufs = append(bufs, out.payload)
+			}
 		}
-		if i+1 == writeBatch {
+		if n++; n == writeBatch {
 			break
 		}
 		select {
@@ -352,9 +438,9 @@ func (l *lane) writeMany(out outReq) error {
 		break
 	}
 	if _, err := bufs.WriteTo(l.c); err != nil {
-		return fmt.Errorf("tcp: send: %w", wrapIO(err))
+		return n, fmt.Errorf("tcp: send: %w", wrapIO(err))
 	}
-	return nil
+	return n, nil
 }
 
 // writeBatch bounds the requests one writev carries.
@@ -389,11 +475,13 @@ func (ep *endpoint) writeLoop(l *lane) {
 		case out := <-l.wq:
 			l.wmu.Lock()
 			var err error
+			n := 1
 			if len(l.wq) > 0 && l.send == nil {
-				err = l.writeMany(out)
+				n, err = l.writeMany(out)
 			} else {
 				err = l.write(out)
 			}
+			l.queued.Add(-int32(n)) // under wmu: a poster that then sees zero writes after these
 			l.wmu.Unlock()
 			if err != nil {
 				l.fail(err)

@@ -333,6 +333,20 @@ func TestOnWriteNotifiesAfterLanding(t *testing.T) {
 // them, whether the poster wrote its own (small, writer idle) or the writer goroutine did
 // (large, or queued behind one), with earlier puts still awaiting their acks.
 func TestLanePutsLandInPostedOrder(t *testing.T) {
+	t.Run("default", func(t *testing.T) { testPostedOrder(t, 0, 8) })
+	// Socket buffers of 16 KiB and 60 KiB puts: a poster's non-blocking write often leaves
+	// part of its request to the writer goroutine, which must still send it before anything
+	// posted later.
+	t.Run("small-buffers", func(t *testing.T) {
+		before := leftovers.Load()
+		testPostedOrder(t, 16<<10, 60<<10)
+		if leftovers.Load() == before {
+			t.Fatal("no poster write was left unfinished: the test did not exercise that path")
+		}
+	})
+}
+
+func testPostedOrder(t *testing.T, sockBuf int, small uint64) {
 	const (
 		big   = 128 << 10 // above directWriteMax: always the writer goroutine's
 		slots = 16
@@ -341,7 +355,11 @@ func TestLanePutsLandInPostedOrder(t *testing.T) {
 	region, _ := buffer.New(0, big, memory.CPU)
 	defer region.Close()
 	var seen []uint64 // the value at offset 0 as each put lands, in landing order
-	srv, err := newTCP(t).Listen(transport.ServerConfig{BindAddr: "127.0.0.1:0", Region: region, OnWrite: func(off, _ uint64) {
+	srvTr, err := New(Config{ChunkSize: testChunk, Lanes: 3, MaxInflight: 8, SocketBuffer: sockBuf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := srvTr.Listen(transport.ServerConfig{BindAddr: "127.0.0.1:0", Region: region, OnWrite: func(off, _ uint64) {
 		if off == 0 {
 			seen = append(seen, binary.LittleEndian.Uint64(region.Bytes()))
 		}
@@ -350,7 +368,7 @@ func TestLanePutsLandInPostedOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	tr, err := New(Config{ChunkSize: 1 << 20, Lanes: 1, MaxInflight: 8})
+	tr, err := New(Config{ChunkSize: 1 << 20, Lanes: 1, MaxInflight: 8, SocketBuffer: sockBuf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +378,11 @@ func TestLanePutsLandInPostedOrder(t *testing.T) {
 	defer cancel()
 	ep := dialTo(ctx, t, tr, srv.Addr(), local)
 	defer ep.Close()
+	for j := range local.Bytes() { // each slot's payload differs from the others'
+		local.Bytes()[j] = byte(j*7 + j>>11)
+	}
 	ops := make([]*transport.Op, n)
+	var last []byte // the last put's bytes
 	for i := range n {
 		if i >= slots-8 { // a slot is reused only once its put completed
 			if err := ops[i-(slots-8)].Wait(ctx); err != nil {
@@ -369,13 +391,14 @@ func TestLanePutsLandInPostedOrder(t *testing.T) {
 		}
 		off := uint64(i%slots) * big
 		binary.LittleEndian.PutUint64(local.Bytes()[off:], uint64(i+1))
-		size := uint64(8)
+		size := small
 		if i%3 == 0 {
 			size = big
 		}
 		if ops[i], err = ep.PutAsync(ctx, off, 0, size); err != nil {
 			t.Fatal(err)
 		}
+		last = local.Bytes()[off : off+size]
 	}
 	for _, op := range ops[n-(slots-8):] {
 		if err := op.Wait(ctx); err != nil {
@@ -389,6 +412,9 @@ func TestLanePutsLandInPostedOrder(t *testing.T) {
 		if v != uint64(i+1) {
 			t.Fatalf("put %d landed as number %d: out of order", v, i+1)
 		}
+	}
+	if !bytes.Equal(region.Bytes()[:len(last)], last) {
+		t.Fatal("the last put's bytes differ at the target")
 	}
 }
 
