@@ -1,7 +1,6 @@
 package bm
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hmc-go/hmc/coord/store/storetest"
+	"github.com/hmc-go/hmc/internal/childtest"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 )
@@ -404,7 +404,7 @@ func outliveStore(ctx context.Context, b *BigMemory, me, world int) error {
 		return err
 	}
 	fmt.Println("RUNNING", me)
-	said := parentSays()
+	said := childtest.ParentSays()
 	k := 1
 	for during := true; during; k++ {
 		select {
@@ -443,7 +443,7 @@ func outlivePartition(ctx context.Context, b *BigMemory, me, world int) error {
 	if err := b.Barrier(ctx); err != nil {
 		return err
 	}
-	said := parentSays()
+	said := childtest.ParentSays()
 	host := func(r int) uint64 { p, _ := b.PtrByMemType(Host, r); return p }
 	w, r := make([]byte, 64<<10), make([]byte, 64<<10)
 	state := ""
@@ -498,16 +498,4 @@ func outlivePartition(ctx context.Context, b *BigMemory, me, world int) error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// parentSays returns the lines the parent writes on this child's stdin (what to do next).
-func parentSays() <-chan string {
-	said := make(chan string, 4)
-	go func() {
-		in := bufio.NewScanner(os.Stdin)
-		for in.Scan() {
-			said <- in.Text()
-		}
-	}()
-	return said
 }

@@ -1,7 +1,6 @@
 package bm
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/coord/store/storetest"
+	"github.com/hmc-go/hmc/internal/childtest"
 	"github.com/hmc-go/hmc/internal/etcdtest"
 	"github.com/hmc-go/hmc/internal/netnstest"
 	"github.com/hmc-go/hmc/memory"
@@ -21,7 +21,7 @@ import (
 type proc struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
-	lines chan string
+	lines <-chan string
 }
 
 func spawn(t *testing.T, url, mode string, world int, env ...string) *proc {
@@ -32,29 +32,8 @@ func spawn(t *testing.T, url, mode string, world int, env ...string) *proc {
 // spawnCmd is spawn of cmd, this test binary run some way (in a network namespace).
 func spawnCmd(t *testing.T, cmd *exec.Cmd, url, mode string, world int, env ...string) *proc {
 	t.Helper()
-	cmd.Env = append(os.Environ(), append(env, "HMC_BM_CHILD="+mode, "HMC_STORE_URL="+url, fmt.Sprintf("HMC_WORLD=%d", world))...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, stdin: stdin, lines: make(chan string, 64)}
-	go func() { // ends when the child's stdout closes
-		s := bufio.NewScanner(out)
-		for s.Scan() {
-			p.lines <- s.Text()
-		}
-		close(p.lines)
-	}()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return p
+	stdin, lines := childtest.Start(t, cmd, 64, append(env, "HMC_BM_CHILD="+mode, "HMC_STORE_URL="+url, fmt.Sprintf("HMC_WORLD=%d", world))...)
+	return &proc{cmd: cmd, stdin: stdin, lines: lines}
 }
 
 // expect waits for a line starting with prefix, failing on FAIL lines and on timeout.

@@ -1,7 +1,6 @@
 package shmem
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/coord/store/storetest"
+	"github.com/hmc-go/hmc/internal/childtest"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
@@ -464,7 +464,7 @@ func outliveStore(ctx context.Context, w *World, h *Heap, me, n int) error {
 		return err
 	}
 	fmt.Println("RUNNING", me)
-	said := parentSays()
+	said := childtest.ParentSays()
 	// The same number of rounds on every rank (a heap barrier ends each): 300 while the parent
 	// kills the store, then 50 more once it has said so.
 	k := 1
@@ -508,7 +508,7 @@ func outliveRank(ctx context.Context, h *Heap, me, n int) error {
 		return err
 	}
 	fmt.Println("RUNNING", me)
-	said := parentSays()
+	said := childtest.ParentSays()
 	if me == victim {
 		<-ctx.Done() // until killed
 		return nil
@@ -579,7 +579,7 @@ func outliveRank(ctx context.Context, h *Heap, me, n int) error {
 // and once the link is back, 20 more checked rounds with everyone (OK).
 func outliveNetFaults(ctx context.Context, h *Heap, me, n int) error {
 	cut := n - 1
-	said := parentSays()
+	said := childtest.ParentSays()
 	src, back := make([]byte, 16<<10), make([]byte, 16<<10)
 	counter := 0 // this rank's fetch-adds on each peer so far (the same count on every peer)
 	// exchange puts, gets back and checks 16 KiB with pe, and adds to this rank's counter there.
@@ -667,16 +667,4 @@ func outliveNetFaults(ctx context.Context, h *Heap, me, n int) error {
 	fmt.Println("OK", me)
 	<-said // exit
 	return nil
-}
-
-// parentSays returns the lines the parent writes on this child's stdin (what to do next).
-func parentSays() <-chan string {
-	said := make(chan string, 4)
-	go func() {
-		in := bufio.NewScanner(os.Stdin)
-		for in.Scan() {
-			said <- in.Text()
-		}
-	}()
-	return said
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/coord/store/storetest"
+	"github.com/hmc-go/hmc/internal/childtest"
 	"github.com/hmc-go/hmc/internal/etcdtest"
 	"github.com/hmc-go/hmc/internal/netnstest"
 	"github.com/hmc-go/hmc/status"
@@ -224,35 +225,14 @@ func runFault(t *testing.T, mode, url string, world int, fault func([]*exec.Cmd)
 type rankProc struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
-	lines chan string
+	lines <-chan string
 }
 
 // startRank starts cmd (this test binary, run some way) with env added; Cleanup kills it.
 func startRank(t *testing.T, cmd *exec.Cmd, env ...string) *rankProc {
 	t.Helper()
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	rk := &rankProc{cmd: cmd, stdin: stdin, lines: make(chan string, 16)}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			rk.lines <- sc.Text()
-		}
-		close(rk.lines)
-	}()
-	return rk
+	stdin, lines := childtest.Start(t, cmd, 16, env...)
+	return &rankProc{cmd: cmd, stdin: stdin, lines: lines}
 }
 
 // expect reads rank r's lines until one starts with prefix; FAIL, its exit or 90 s first fail
