@@ -83,6 +83,9 @@ func (p *peerRegions) readReplies(c *net.UnixConn) error {
 			closeFDs(fds)
 			return err
 		}
+		if fds, err = p.takeControl(&resp, fds); err != nil {
+			return err
+		}
 		select { // a requester that gave up leaves its answer here; the next one discards it by id
 		case p.replies <- linkReply{resp, fds}:
 		case <-p.quit:
@@ -90,6 +93,41 @@ func (p *peerRegions) readReplies(c *net.UnixConn) error {
 			return nil
 		}
 	}
+}
+
+// takeControl maps the target's control page when resp carries it (the last descriptor) and
+// returns the descriptors left for the requester. The link reader does this as it reads, in the
+// target's order: the one answer that carries the page may belong to a requester that gave up,
+// or be handed over after a later answer is, and every region needs the page.
+func (p *peerRegions) takeControl(resp *linkResp, fds []int) ([]int, error) {
+	if resp.flags&lflagControlFD == 0 {
+		return fds, nil
+	}
+	want := 1
+	if resp.flags&lflagRegionFD != 0 {
+		want = 2
+	}
+	if len(fds) < want {
+		closeFDs(fds)
+		return nil, fmt.Errorf("shm: region answer names a descriptor that did not come: %w", status.ErrProtocol)
+	}
+	ctlFD := fds[want-1]
+	rest := fds[:want-1]
+	closeFDs(fds[want:])
+	defer unix.Close(ctlFD) // the mapping keeps the page
+	resp.flags &^= lflagControlFD
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ctl != nil || p.closed {
+		return rest, nil
+	}
+	m, err := mapRegion(ctlFD, 0, ctlSlots*8)
+	if err != nil {
+		closeFDs(rest)
+		return nil, fmt.Errorf("shm: control page: %w", err)
+	}
+	p.ctl = m.mapping
+	return rest, nil
 }
 
 func closeFDs(fds []int) {
@@ -143,20 +181,12 @@ func (p *peerRegions) lookup(dst transport.Remote, n uint64) (*peerRegion, uint6
 // add caches a region the target described (mapping its memfd if one came), unless already.
 func (p *peerRegions) add(resp linkResp, fds []int) (*peerRegion, error) {
 	defer closeFDs(fds) // a mapping keeps the memory; the descriptors are not needed
-	fdi := 0
-	var regionFD, ctlFD = -1, -1
+	regionFD := -1
 	if resp.flags&lflagRegionFD != 0 {
-		if fdi >= len(fds) {
+		if len(fds) == 0 {
 			return nil, fmt.Errorf("shm: region answer names a descriptor that did not come: %w", status.ErrProtocol)
 		}
-		regionFD = fds[fdi]
-		fdi++
-	}
-	if resp.flags&lflagControlFD != 0 {
-		if fdi >= len(fds) {
-			return nil, fmt.Errorf("shm: region answer names a descriptor that did not come: %w", status.ErrProtocol)
-		}
-		ctlFD = fds[fdi]
+		regionFD = fds[0]
 	}
 	if resp.size == 0 || resp.addr+resp.size < resp.addr || resp.slot >= ctlSlots || resp.key == 0 {
 		return nil, fmt.Errorf("shm: region answer [%#x, +%d) slot %d: %w", resp.addr, resp.size, resp.slot, status.ErrProtocol)
@@ -166,14 +196,7 @@ func (p *peerRegions) add(resp linkResp, fds []int) (*peerRegion, error) {
 	if p.closed {
 		return nil, fmt.Errorf("shm: endpoint: %w", status.ErrClosed)
 	}
-	if ctlFD >= 0 && p.ctl == nil {
-		m, err := mapRegion(ctlFD, 0, ctlSlots*8)
-		if err != nil {
-			return nil, fmt.Errorf("shm: control page: %w", err)
-		}
-		p.ctl = m.mapping
-	}
-	if p.ctl == nil {
+	if p.ctl == nil { // the link reader maps it from the first answer, which carries it
 		return nil, fmt.Errorf("shm: region answer before the control page: %w", status.ErrProtocol)
 	}
 	key := buffer.Key(resp.key)

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -303,4 +304,92 @@ func FuzzHelloOffer(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The target sends its control page once, with its first region answer. When that answer's
+// requester has given up (or a later answer is handed over first), the page must still be
+// mapped: the next requester's region, whose answer has no page, resolves.
+func TestControlPageFromAbandonedAnswer(t *testing.T) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make([]*net.UnixConn, 2)
+	for i, fd := range pair {
+		f := os.NewFile(uintptr(fd), "pair")
+		c, err := net.FileConn(f)
+		_ = f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c.(*net.UnixConn)
+	}
+	initiator, target := conns[0], conns[1]
+	defer target.Close()
+	ctl, err := unix.MemfdCreate("test-control", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(ctl)
+	if err := unix.Ftruncate(ctl, ctlSlots*8); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.FcntlInt(uintptr(ctl), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
+		t.Fatal(err)
+	}
+
+	var p peerRegions
+	p.init()
+	done := make(chan error, 1)
+	go func() {
+		err := p.readReplies(initiator)
+		p.linkDown() // a request waiting fails instead of hanging
+		done <- err
+	}()
+	defer func() {
+		p.stop()
+		_ = initiator.Close()
+		<-done
+		p.close()
+	}()
+
+	answer := func(id, key uint64, withControl bool) {
+		var qb [linkReqSize]byte
+		if _, err := io.ReadFull(target, qb[:]); err != nil {
+			t.Error(err)
+			return
+		}
+		resp := linkResp{op: lopResolved, key: uint32(key), id: id, addr: key << 20, size: 4096, slot: uint32(key)}
+		var oob []byte
+		if withControl {
+			resp.flags |= lflagControlFD
+			oob = unix.UnixRights(ctl)
+		}
+		var rb [linkRespSize]byte
+		resp.encode(&rb)
+		if _, _, err := target.WriteMsgUnix(rb[:], oob, nil); err != nil {
+			t.Error(err)
+		}
+	}
+
+	// The first requester gives up before the target answers; the answer carries the page.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := p.request(ctx, initiator, linkReq{op: lopResolveKey, key: 1}); !errors.Is(err, status.ErrTimeout) {
+		t.Fatalf("abandoned request: %v, want ErrTimeout", err)
+	}
+	answer(1, 1, true)
+
+	go answer(2, 2, false)
+	rep, err := p.request(context.Background(), initiator, linkReq{op: lopResolveKey, key: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.add(rep.resp, rep.fds)
+	if err != nil {
+		t.Fatalf("region after an abandoned first answer: %v", err)
+	}
+	if r.key != 2 || r.slot == nil {
+		t.Fatalf("region %d slot %v", r.key, r.slot)
+	}
 }
