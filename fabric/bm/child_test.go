@@ -1,11 +1,16 @@
 package bm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/hmc-go/hmc/coord/store/storetest"
@@ -77,9 +82,36 @@ func child(mode string) int {
 	if err := runChild(mode); err != nil {
 		fmt.Println("FAIL", err)
 		fmt.Fprintln(os.Stderr, "bm child: FAIL", err) // seen even when the test reads another child
+		childLog.dump(os.Stderr, "bm child "+os.Getenv("HMC_BM_RANK"))
 		return 1
 	}
+	if os.Getenv("HMC_BM_CHILD_DUMP") == "1" {
+		childLog.dump(os.Stderr, "bm child "+os.Getenv("HMC_BM_RANK"))
+	}
 	return 0
+}
+
+// childLog keeps a child's fabric log (debug level), printed when the child fails, or when it
+// exits with HMC_BM_CHILD_DUMP=1.
+var childLog logBuf
+
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) dump(w io.Writer, who string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for line := range strings.Lines(l.b.String()) {
+		fmt.Fprintf(w, "%s log: %s", who, line)
+	}
 }
 
 func runChild(mode string) error {
@@ -89,6 +121,7 @@ func runChild(mode string) error {
 	defer cancel()
 	cfg := DefaultConfig()
 	cfg.StartStore = false
+	cfg.Logger = slog.New(slog.NewTextHandler(&childLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if r := os.Getenv("HMC_BM_RANK"); r != "" {
 		cfg.AutoRanking = false
 		cfg.Rank, _ = strconv.Atoi(r)
@@ -113,6 +146,14 @@ func runChild(mode string) error {
 	}
 	if err := b.Join(ctx); err != nil {
 		return err
+	}
+	if mode == "rejoiner" {
+		// The victim restarted: joined is all it does (the survivors, who wait for it, may
+		// have read it and exited before it sees them), and it stays until the parent kills
+		// it: a survivor that has read it may exit while another has yet to.
+		fmt.Println("JOINED", me)
+		<-ctx.Done()
+		return nil
 	}
 	if err := b.WaitMembers(ctx, world); err != nil {
 		return err
@@ -361,6 +402,12 @@ func survive(ctx context.Context, b *BigMemory, me, world int) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	fmt.Println("BACK", me)
+	// Stay until the parent says: a survivor that left now could end the view of 3 before a
+	// slower one sees it.
+	select {
+	case <-childtest.ParentSays():
+	case <-ctx.Done():
+	}
 	return nil
 }
 

@@ -119,9 +119,13 @@ func TestProcessesCrashAndRejoin(t *testing.T) {
 	for _, p := range survivors {
 		p.expect(t, "DOWN", 40*time.Second)
 	}
-	again := spawn(t, srv.URL(), "victim", world, fmt.Sprintf("HMC_BM_RANK=%d", world-1), "HMC_BM_OPS=shm")
+	again := spawn(t, srv.URL(), "rejoiner", world, fmt.Sprintf("HMC_BM_RANK=%d", world-1), "HMC_BM_OPS=shm")
+	again.expect(t, "JOINED", 60*time.Second)
 	for _, p := range survivors {
 		p.expect(t, "BACK", 60*time.Second)
+	}
+	for _, p := range survivors {
+		_, _ = io.WriteString(p.stdin, "exit\n")
 		if err := p.cmd.Wait(); err != nil {
 			t.Errorf("survivor: %v", err)
 		}
