@@ -100,3 +100,42 @@ func (b *bulkReader) set(v int) {
 		_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, v)
 	})
 }
+
+// writeSlice is the most one write system call carries. A single writev of a multi-MiB
+// payload holds the socket lock while the kernel copies until the send buffer is full, and
+// the acknowledgements that free it wait in the backlog meanwhile; slices of 1 MiB stream
+// 10-15 % faster on loopback (docs/performance.md).
+const writeSlice = 1 << 20
+
+// writeSliced writes bufs to w, at most writeSlice bytes per write call. bufs is consumed.
+func writeSliced(w io.Writer, bufs net.Buffers) error {
+	total := 0
+	for _, b := range bufs {
+		total += len(b)
+	}
+	if total <= writeSlice {
+		_, err := bufs.WriteTo(w)
+		return err
+	}
+	batch := make(net.Buffers, 0, len(bufs))
+	for len(bufs) > 0 {
+		batch = batch[:0]
+		n := 0
+		for len(bufs) > 0 && n < writeSlice {
+			b := bufs[0]
+			if k := writeSlice - n; len(b) > k {
+				batch = append(batch, b[:k])
+				bufs[0] = b[k:]
+				n += k
+				break
+			}
+			batch = append(batch, b)
+			n += len(b)
+			bufs = bufs[1:]
+		}
+		if _, err := batch.WriteTo(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}

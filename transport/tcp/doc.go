@@ -7,8 +7,8 @@
 // bounds-checked on the target before a byte moves. A PUT is acknowledged only after its bytes
 // are in the target's region, so a completed Put is visible there.
 //
-// The initiator cuts transfers larger than the chunk size into chunks spread round-robin over the
-// lanes; each lane has one writer goroutine (callers queue on a bounded channel, so posting is
+// The initiator cuts transfers of 1 MiB or more into equal parts, one per lane (at least 512 KiB,
+// at most the chunk size each), so that all lanes copy at once; each lane has one writer goroutine (callers queue on a bounded channel, so posting is
 // non-blocking) and one reader goroutine that matches replies to requests by id.
 //
 // Wire version 2 (negotiated per lane) addresses any region of the target's table by key or by

@@ -87,6 +87,9 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 	n := cfg.Lanes
 	if n == 0 {
 		n = t.cfg.Lanes
+		if local == nil && !t.lanesSet {
+			n = DefaultDeviceLanes
+		}
 	}
 	if n < 1 || n > maxLanes {
 		return nil, fmt.Errorf("tcp: %d lanes (1..%d): %w", n, maxLanes, status.ErrInvalidConfig)
@@ -210,15 +213,15 @@ func (ep *endpoint) post(ctx context.Context, op uint8, localOff, remoteOff, n u
 	return ep.send(ctx, request{op: op, offset: remoteOff}, n, span, localOff)
 }
 
-// send posts a transfer of n bytes described by base (op, addressing, remote offset) in chunks
-// of ChunkSize, spread over the lanes (one-chunk transfers stay on a hot lane). span is the
-// local host memory, or nil for a device region, whose bytes at devOff are staged.
+// send posts a transfer of n bytes described by base (op, addressing, remote offset) in parts
+// (partSize) spread over the lanes (one-part transfers stay on a hot lane). span is the local
+// host memory, or nil for a device region, whose bytes at devOff are staged.
 func (ep *endpoint) send(ctx context.Context, base request, n uint64, span []byte, devOff uint64) (*transport.Op, error) {
-	chunk := ep.cfg.ChunkSize
-	parts := (n + chunk - 1) / chunk
-	if parts == 0 {
+	if n == 0 {
 		return transport.Succeeded(), nil
 	}
+	chunk := partSize(n, len(ep.lanes), ep.cfg.ChunkSize)
+	parts := (n + chunk - 1) / chunk
 	o := transport.NewOp(int(parts))
 	var first *lane
 	if parts == 1 {
@@ -245,6 +248,22 @@ func (ep *endpoint) send(ctx context.Context, base request, n uint64, span []byt
 		}
 	}
 	return o, nil
+}
+
+// stripeMin is the smallest part a transfer is cut into to use more lanes: below it a part's
+// request and wake-ups cost more than the parallel copy gains.
+const stripeMin = 512 << 10
+
+// partSize is the part a transfer of n bytes is cut into over lanes lanes: n split evenly
+// (page multiples) over as many lanes as parts of at least stripeMin allow, and at most max.
+func partSize(n uint64, lanes int, max uint64) uint64 {
+	parts := min(uint64(lanes), n/stripeMin)
+	if parts <= 1 {
+		return min(n, max)
+	}
+	const page = 4096
+	p := ((n+parts-1)/parts + page - 1) &^ (page - 1)
+	return min(p, max)
 }
 
 // pickLane chooses the lane for a one-part transfer: the first lane with fewer than
@@ -345,8 +364,7 @@ func (l *lane) write(out outReq) error {
 	var err error
 	switch {
 	case out.rest != nil: // what a poster's write left
-		bufs := out.rest
-		_, err = bufs.WriteTo(l.c)
+		err = writeSliced(l.c, out.rest)
 	case l.send != nil && out.payload == nil && out.r.op == opPut && out.r.length > 0: // a device region's PUT
 		if _, err = l.c.Write(l.hb[:]); err == nil {
 			err = l.send.Send(l.c, out.devOff, out.r.length)
@@ -355,8 +373,7 @@ func (l *lane) write(out outReq) error {
 		_, err = l.c.Write(l.hb[:])
 	default:
 		l.arr[0], l.arr[1] = l.hb[:], out.payload
-		bufs := net.Buffers(l.arr[:])
-		_, err = bufs.WriteTo(l.c)
+		err = writeSliced(l.c, net.Buffers(l.arr[:]))
 	}
 	if err != nil {
 		return fmt.Errorf("tcp: send: %w", wrapIO(err))
@@ -437,7 +454,7 @@ func (l *lane) writeMany(out outReq) (int, error) {
 		}
 		break
 	}
-	if _, err := bufs.WriteTo(l.c); err != nil {
+	if err := writeSliced(l.c, bufs); err != nil {
 		return n, fmt.Errorf("tcp: send: %w", wrapIO(err))
 	}
 	return n, nil

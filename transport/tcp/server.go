@@ -118,13 +118,22 @@ func (s *server) serveRequests(c net.Conn, ver uint16, peer uint32) error {
 		size = s.buf.Size()
 		stg  *transport.Stager
 	)
-	if s.region == nil {
-		var err error
-		if stg, err = transport.NewStager(s.buf, 0, 0); err != nil {
-			return fmt.Errorf("tcp: %w", err)
+	// A device region's lanes stage through pinned host rings, made on a lane's first
+	// transfer: lanes that carry none (an initiator's spare lanes) pin nothing.
+	staged := func() (*transport.Stager, error) {
+		if stg == nil {
+			var err error
+			if stg, err = transport.NewStager(s.buf, 0, 0); err != nil {
+				return nil, fmt.Errorf("tcp: %w", err)
+			}
 		}
-		defer stg.Close()
+		return stg, nil
 	}
+	defer func() {
+		if stg != nil {
+			_ = stg.Close()
+		}
+	}()
 	for {
 		if _, err := io.ReadFull(rd, rb[:]); err != nil {
 			return err
@@ -145,8 +154,12 @@ func (s *server) serveRequests(c net.Conn, ver uint16, peer uint32) error {
 		case opPut:
 			resp.op = opPutAck
 			switch {
-			case inRange && stg != nil:
-				if err := stg.Receive(rd, r.offset, r.length); err != nil {
+			case inRange && s.region == nil:
+				st, err := staged()
+				if err != nil {
+					return err // the payload is on the wire and cannot land: the lane ends
+				}
+				if err := st.Receive(rd, r.offset, r.length); err != nil {
 					return err // a device that fails mid-transfer ends the lane: the stream is out of step
 				}
 			case inRange:
@@ -188,18 +201,21 @@ func (s *server) serveRequests(c net.Conn, ver uint16, peer uint32) error {
 				}
 				continue
 			}
-			if stg != nil {
+			if s.region == nil {
+				st, err := staged()
+				if err != nil {
+					return err
+				}
 				if _, err := c.Write(wb[:]); err != nil {
 					return err
 				}
-				if err := stg.Send(c, r.offset, r.length); err != nil {
+				if err := st.Send(c, r.offset, r.length); err != nil {
 					return err // the reply is short: the initiator sees the lane end
 				}
 				continue
 			}
 			arr[0], arr[1] = wb[:], s.region[r.offset:r.offset+r.length]
-			bufs := net.Buffers(arr[:])
-			if _, err := bufs.WriteTo(c); err != nil {
+			if err := writeSliced(c, net.Buffers(arr[:])); err != nil {
 				return err
 			}
 		}
@@ -245,9 +261,7 @@ func (s *server) serveRegion(c net.Conn, rd *bufio.Reader, bulk *bulkReader, ack
 			return err
 		}
 		arr[0], arr[1] = wb[:], mem
-		bufs := net.Buffers(arr[:])
-		_, err := bufs.WriteTo(c)
-		return err
+		return writeSliced(c, net.Buffers(arr[:]))
 	default: // opAtomic
 		if err := ack.flush(); err != nil {
 			return err

@@ -678,3 +678,37 @@ func FuzzHandshake(f *testing.F) {
 		}
 	})
 }
+
+// Transfers of at least two stripeMin parts are cut evenly over the lanes, in page multiples,
+// never below stripeMin nor above the chunk size; smaller ones are one part.
+func TestPartSize(t *testing.T) {
+	const k, m = 1 << 10, 1 << 20
+	for _, tc := range []struct {
+		n     uint64
+		lanes int
+		max   uint64
+		want  uint64
+	}{
+		{8, 8, 4 * m, 8},
+		{512 * k, 8, 4 * m, 512 * k},
+		{m - 1, 8, 4 * m, m - 1},
+		{1 * m, 8, 4 * m, 512 * k},
+		{3 * m, 8, 4 * m, 512 * k},
+		{4 * m, 8, 4 * m, 512 * k},
+		{4 * m, 2, 4 * m, 2 * m},
+		{4*m + 1, 8, 4 * m, 516 * k},
+		{16 * m, 8, 4 * m, 2 * m},
+		{64 * m, 8, 4 * m, 4 * m},
+		{6 * m, 1, 4 * m, 4 * m},
+		{1 * m, 8, 100 * k, 100 * k},
+		{3*m + 5, 3, 4 * m, m + 4*k},
+	} {
+		if got := partSize(tc.n, tc.lanes, tc.max); got != tc.want {
+			t.Errorf("partSize(%d, %d lanes, max %d) = %d, want %d", tc.n, tc.lanes, tc.max, got, tc.want)
+		}
+		p := partSize(tc.n, tc.lanes, tc.max)
+		if parts := (tc.n + p - 1) / p; parts > max(uint64(tc.lanes), (tc.n+tc.max-1)/tc.max) {
+			t.Errorf("partSize(%d, %d lanes, max %d): %d parts", tc.n, tc.lanes, tc.max, parts)
+		}
+	}
+}
