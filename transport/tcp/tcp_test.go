@@ -712,3 +712,38 @@ func TestPartSize(t *testing.T) {
 		}
 	}
 }
+
+// A payload written in slices arrives whole and in order; slices are between writeSlice and
+// twice that, with no small tail (a header plus 1 MiB is one write).
+func TestWriteSliced(t *testing.T) {
+	for _, n := range []int{0, 100, writeSlice - 64, writeSlice, writeSlice + 1, 2*writeSlice - 1, 2 * writeSlice, 5*writeSlice + 12345} {
+		hdr := []byte("header-0123456789")
+		payload := make([]byte, n)
+		for i := range payload {
+			payload[i] = byte(i*7 + i>>11)
+		}
+		var got []byte
+		var sizes []int
+		err := eachSlice(net.Buffers{hdr, payload}, func(b net.Buffers) error {
+			k := 0
+			for _, p := range b {
+				got = append(got, p...)
+				k += len(p)
+			}
+			sizes = append(sizes, k)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := append(append([]byte(nil), hdr...), payload...); !bytes.Equal(got, want) {
+			t.Fatalf("%d bytes: the sliced stream differs", n)
+		}
+		total := len(hdr) + n
+		for i, s := range sizes {
+			if total >= 2*writeSlice && (s < writeSlice || s >= 2*writeSlice) || total < 2*writeSlice && len(sizes) != 1 {
+				t.Errorf("%d bytes: slice %d of %d carries %d bytes", total, i, len(sizes), s)
+			}
+		}
+	}
+}
