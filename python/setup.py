@@ -14,6 +14,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 class BuildWithLibrary(build_py):
     def run(self):
         super().run()
+        # memfabric_hybrid.get_include_path(): the C headers go inside the package.
+        inc = os.path.abspath(os.path.join(self.build_lib, "memfabric_hybrid", "include"))
+        shutil.rmtree(inc, ignore_errors=True)
+        shutil.copytree(os.path.join(HERE, "..", "capi", "include"), inc)
         lib = os.path.join(HERE, "hmc", "libhmc.so")
         out = os.path.abspath(os.path.join(self.build_lib, "hmc", "libhmc.so"))
         if os.path.exists(lib):

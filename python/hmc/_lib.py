@@ -95,4 +95,18 @@ def load():
     return lib
 
 
+def loaded_path():
+    """The file the library was loaded from (found in /proc/self/maps: the loader may have
+    searched for it), or None."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split(None, 5)[-1].strip()
+                if os.path.basename(path) == os.path.basename(_find()) and os.path.exists(path):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
 LIB = load()

@@ -52,6 +52,7 @@ _SIGNATURES = {
     "smem_set_extern_logger": ([LOGGER], _i32),
     "smem_set_log_level": ([_int], _i32),
     "smem_set_conf_store_tls": ([_bool, _str, _u32], _i32),
+    "smem_set_config_store_tls_key": ([_str, _u32, _str, _u32, _ptr], _i32),
     "smem_get_last_err_msg": ([], _str),
     "smem_get_and_clear_last_err_msg": ([], _str),
     "smem_bm_config_init": ([ctypes.POINTER(BmConfigC)], _i32),

@@ -24,6 +24,13 @@ def test_pip_install_builds_the_library(tmp_path):
         pytest.skip("pip is not installed")
     assert r.returncode == 0, r.stdout + r.stderr
     assert (target / "hmc" / "libhmc.so").exists()
-    check = subprocess.run([sys.executable, "-c", "import hmc, memfabric_hybrid; print(memfabric_hybrid.initialize())"],
+    assert (target / "memfabric_hybrid" / "include" / "smem" / "host" / "smem_bm.h").exists()
+    code = ("import hmc, memfabric_hybrid as mf; print(mf.initialize()); print(mf.get_include_path()); "
+            "print(mf.get_lib_path())")
+    check = subprocess.run([sys.executable, "-c", code],
                            capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(target)), cwd=str(tmp_path))
-    assert check.returncode == 0 and check.stdout.strip() == "0", check.stdout + check.stderr
+    assert check.returncode == 0, check.stdout + check.stderr
+    init, inc, libdir = check.stdout.split()
+    assert init == "0"
+    assert inc == str(target / "memfabric_hybrid" / "include")
+    assert libdir == str(target / "hmc")

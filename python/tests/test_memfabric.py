@@ -50,3 +50,16 @@ def test_shm_host_side():
 
 def test_transfer_engine_sglang_shape():
     run_ranks("te", 2, (free_addr(), free_addr()))
+
+
+def test_paths_and_tls_key():
+    import memfabric_hybrid as mf
+    inc = mf.get_include_path()
+    for h in ("smem/host/smem.h", "smem/host/smem_bm.h", "smem/host/smem_shm.h", "smem/host/smem_trans.h"):
+        assert os.path.isfile(os.path.join(inc, h)), h
+    lib = mf.get_lib_path()
+    assert os.path.isfile(os.path.join(lib, "libhmc.so")), lib
+    assert mf.set_conf_store_tls_key("-----BEGIN PRIVATE KEY-----", "pw", lambda s: s) == 0
+    assert mf.set_conf_store_tls_key("", "pw") != 0
+    with pytest.raises(TypeError):
+        mf.set_conf_store_tls_key("key", "pw", "not callable")
