@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Two builds of hmc, interleaved, 3 rounds, medians (GB/s; lat: p50 us): a change's before and
+# Two builds of hmc, interleaved, 3 rounds (ROUNDS), medians (GB/s; lat: p50 us): a change's before and
 # after in one run. Usage: bench/before-after.sh OLD_REV   (builds OLD_REV and the working tree)
 # CASES="tcp 1MiB put;tcp 4MiB get" picks the cases (transport size op; ";"-separated);
-# BUSY=1 runs one busy-loop process per core beside both builds.
+# BUSY=1 runs one busy-loop process per core beside both builds; ROUNDS=n (default 3).
 set -u
 IFS=';' read -r -a cases <<< "${CASES:-tcp 4MiB put;shm 4MiB put;shm 64KiB put;tcp 8 lat}"
 old=${1:?usage: bench/before-after.sh OLD_REV}
@@ -16,7 +16,7 @@ if [ "${BUSY:-0}" = 1 ]; then
   trap 'kill "${busy[@]}" 2>/dev/null; git worktree remove --force "$tmp/old" >/dev/null 2>&1; rm -rf "$tmp"' EXIT
 fi
 declare -A v
-for r in 1 2 3; do
+for r in $(seq "${ROUNDS:-3}"); do
   for b in old new; do
     for c in "${cases[@]}"; do
       set -- $c

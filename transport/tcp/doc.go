@@ -7,9 +7,10 @@
 // bounds-checked on the target before a byte moves. A PUT is acknowledged only after its bytes
 // are in the target's region, so a completed Put is visible there.
 //
-// The initiator cuts transfers of 1 MiB or more into equal parts, one per lane (at least 512 KiB,
-// at most the chunk size each), so that all lanes copy at once; each lane has one writer goroutine (callers queue on a bounded channel, so posting is
-// non-blocking) and one reader goroutine that matches replies to requests by id.
+// The initiator cuts transfers of 2 MiB or more into equal parts, one per lane (at least
+// 512 KiB, at most the chunk size each), so that all lanes copy at once; each lane has one
+// writer goroutine (callers queue on a bounded channel, so posting is non-blocking) and one
+// reader goroutine that matches replies to requests by id.
 //
 // Wire version 2 (negotiated per lane) addresses any region of the target's table by key or by
 // address, and carries remote atomics, which the target runs with sync/atomic. The wire format

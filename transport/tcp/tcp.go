@@ -25,7 +25,7 @@ const (
 type Config struct {
 	// Lanes is the number of connections per endpoint when DialConfig.Lanes is 0 (default 8;
 	// DefaultDeviceLanes for an endpoint whose local region is device memory, each of whose
-	// lanes pins two staging rings). A transfer of at least 1 MiB is cut into equal parts,
+	// lanes pins two staging rings). A transfer of at least 2 MiB is cut into equal parts,
 	// one per lane, each at least 512 KiB: a 4 MiB put goes as 8 parts of 512 KiB at once,
 	// which moves 20-25 % faster on two cores than 2 parts of 2 MiB (docs/performance.md).
 	// Smaller transfers stay on one lane.

@@ -679,8 +679,8 @@ func FuzzHandshake(f *testing.F) {
 	})
 }
 
-// Transfers of at least two stripeMin parts are cut evenly over the lanes, in page multiples,
-// never below stripeMin nor above the chunk size; smaller ones are one part.
+// Transfers from stripeFrom on are cut evenly over the lanes, in page multiples, never below
+// stripeMin nor above the chunk size; smaller ones are one part (at most the chunk size).
 func TestPartSize(t *testing.T) {
 	const k, m = 1 << 10, 1 << 20
 	for _, tc := range []struct {
@@ -692,7 +692,9 @@ func TestPartSize(t *testing.T) {
 		{8, 8, 4 * m, 8},
 		{512 * k, 8, 4 * m, 512 * k},
 		{m - 1, 8, 4 * m, m - 1},
-		{1 * m, 8, 4 * m, 512 * k},
+		{1 * m, 8, 4 * m, 1 * m},
+		{2*m - 1, 8, 4 * m, 2*m - 1},
+		{2 * m, 8, 4 * m, 512 * k},
 		{3 * m, 8, 4 * m, 512 * k},
 		{4 * m, 8, 4 * m, 512 * k},
 		{4 * m, 2, 4 * m, 2 * m},
@@ -701,6 +703,7 @@ func TestPartSize(t *testing.T) {
 		{64 * m, 8, 4 * m, 4 * m},
 		{6 * m, 1, 4 * m, 4 * m},
 		{1 * m, 8, 100 * k, 100 * k},
+		{2 * m, 8, 100 * k, 100 * k},
 		{3*m + 5, 3, 4 * m, m + 4*k},
 	} {
 		if got := partSize(tc.n, tc.lanes, tc.max); got != tc.want {
