@@ -547,15 +547,20 @@ func (g *Group) removal() {
 			cancel()
 			continue
 		}
+		removed := false // the last modify's answer: whether the view that holds is this change
 		_, err := g.change(ctx, func(m []int) ([]int, bool) {
 			n := slices.DeleteFunc(m, func(r int) bool { return slices.Contains(dead, r) })
-			return n, len(n) != len(m)
+			removed = len(n) != len(m)
+			return n, removed
 		})
 		cancel()
-		if err != nil && g.ctx.Err() == nil {
+		switch {
+		case err != nil && g.ctx.Err() == nil:
 			g.log.Warn("group: removing dead ranks", "ranks", dead, "err", err)
-		} else if err == nil {
+		case err == nil && removed:
 			g.log.Info("group: dead ranks removed", "ranks", dead)
+		case err == nil:
+			g.log.Debug("group: dead ranks already removed by another member", "ranks", dead)
 		}
 	}
 }
