@@ -3,6 +3,7 @@ package tcp
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -72,8 +73,9 @@ func TestUnauthenticatedPutPipelined(t *testing.T) {
 	}
 }
 
-// BenchmarkDial measures a one-lane endpoint's connect (TCP handshake, authentication,
-// hello/welcome) and close: the price of each authentication per link.
+// BenchmarkDial measures an endpoint's connect (TCP handshake, authentication, hello/welcome
+// per lane) and close, with one lane (the price of each authentication per link) and with
+// DefaultLanes.
 func BenchmarkDial(b *testing.B) {
 	p := authtest.NewPKI(b)
 	for _, c := range []struct {
@@ -84,22 +86,25 @@ func BenchmarkDial(b *testing.B) {
 		{"secret", auth.Config{Secret: []byte("k")}},
 		{"tls+secret", auth.Config{Secret: []byte("k"), TLS: p.Peer(b, "rank")}},
 	} {
-		b.Run(c.name, func(b *testing.B) {
-			tr := withAuth(b, c.a)
-			region, _ := buffer.New(0, 4096, memory.CPU)
-			defer region.Close()
-			srv, err := tr.Listen(transport.ServerConfig{BindAddr: "127.0.0.1:0", Region: region})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer srv.Close()
-			for b.Loop() {
-				ep, err := tr.Dial(context.Background(), transport.DialConfig{Addr: srv.Addr(), Local: region, Lanes: 1})
+		for _, lanes := range []int{1, DefaultLanes} {
+			name := fmt.Sprintf("%s/lanes=%d", c.name, lanes)
+			b.Run(name, func(b *testing.B) {
+				tr := withAuth(b, c.a)
+				region, _ := buffer.New(0, 4096, memory.CPU)
+				defer region.Close()
+				srv, err := tr.Listen(transport.ServerConfig{BindAddr: "127.0.0.1:0", Region: region})
 				if err != nil {
 					b.Fatal(err)
 				}
-				ep.Close()
-			}
-		})
+				defer srv.Close()
+				for b.Loop() {
+					ep, err := tr.Dial(context.Background(), transport.DialConfig{Addr: srv.Addr(), Local: region, Lanes: lanes})
+					if err != nil {
+						b.Fatal(err)
+					}
+					ep.Close()
+				}
+			})
+		}
 	}
 }

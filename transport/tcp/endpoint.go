@@ -101,17 +101,16 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 	_, _ = rand.Read(sid[:]) // crypto/rand.Read never fails on Linux
 	h := hello{lanes: uint16(n), rank: cfg.Rank, session: binary.LittleEndian.Uint64(sid[:]), listenPort: uint16(cfg.ListenPort)}
 	ep := &endpoint{cfg: t.cfg, region: cfg.Local, local: local}
-	for i := range n {
-		h.lane = uint16(i)
-		c, w, err := t.dialLane(ctx, cfg.Addr, h)
-		if err != nil {
-			ep.Close()
-			return nil, err
-		}
+	conns, welcomes, err := t.dialLanes(ctx, cfg.Addr, h, n)
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range conns {
+		w := welcomes[i]
 		if i == 0 {
 			ep.remoteSize, ep.version = w.regionSize, w.version
 		} else if w.regionSize != ep.remoteSize || w.version != ep.version {
-			_ = c.Close() // inconsistent target; the error says why
+			closeConns(conns[i:]) // inconsistent target; the error says why
 			ep.Close()
 			return nil, fmt.Errorf("tcp: lanes of %s disagree on the region size or version: %w", cfg.Addr, status.ErrProtocol)
 		}
@@ -127,7 +126,7 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 				}
 			}
 			if err != nil {
-				_ = c.Close()
+				closeConns(conns[i:])
 				ep.Close()
 				return nil, fmt.Errorf("tcp: %w", err)
 			}
@@ -140,6 +139,51 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 	return ep, nil
 }
 
+// dialLanes connects n lanes at once (each its own TCP handshake, authentication and
+// hello/welcome: a round trip or a TLS handshake each, which need not wait for one another).
+// The first lane to fail stops the others, every lane connected is closed, and its error is
+// returned.
+func (t *Transport) dialLanes(ctx context.Context, addr string, h hello, n int) ([]net.Conn, []welcome, error) {
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	conns, welcomes := make([]net.Conn, n), make([]welcome, n)
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for i := range n {
+		wg.Add(1)
+		go func() { // joined below
+			defer wg.Done()
+			lh := h
+			lh.lane = uint16(i)
+			var err error
+			if conns[i], welcomes[i], err = t.dialLane(lctx, addr, lh); err != nil {
+				once.Do(func() { first = err; cancel() })
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil {
+		return conns, welcomes, nil
+	}
+	closeConns(conns)
+	if cerr := status.FromContext(ctx); cerr != nil {
+		return nil, nil, fmt.Errorf("tcp: dial %s: %w", addr, cerr)
+	}
+	return nil, nil, first
+}
+
+// closeConns closes the non-nil connections of cs (lanes not taken into an endpoint).
+func closeConns(cs []net.Conn) {
+	for _, c := range cs {
+		if c != nil {
+			_ = c.Close() // never used; the caller reports why
+		}
+	}
+}
+
 func (t *Transport) dialLane(ctx context.Context, addr string, h hello) (net.Conn, welcome, error) {
 	d := net.Dialer{KeepAlive: t.cfg.KeepAlive}
 	c, err := d.DialContext(ctx, "tcp", addr)
@@ -150,6 +194,9 @@ func (t *Transport) dialLane(ctx context.Context, addr string, h hello) (net.Con
 		return nil, welcome{}, fmt.Errorf("tcp: dial %s: %w: %w", addr, status.ErrFailed, err)
 	}
 	tuneConn(c, t.cfg)
+	// A canceled dial (the caller's, or a sibling lane's failure) ends the handshake at once.
+	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+	defer stop()
 	dl, ok := ctx.Deadline()
 	if !ok {
 		dl = time.Now().Add(t.cfg.HandshakeTimeout)
@@ -179,6 +226,9 @@ func (t *Transport) dialLane(ctx context.Context, addr string, h hello) (net.Con
 		return nil, welcome{}, fmt.Errorf("tcp: handshake with %s: %w", addr, wrapIO(err))
 	}
 	_ = conn.SetDeadline(time.Time{})
+	if !stop() { // canceled just now: c is closed
+		return nil, welcome{}, fmt.Errorf("tcp: dial %s: %w", addr, status.FromContext(ctx))
+	}
 	return conn, w, nil
 }
 

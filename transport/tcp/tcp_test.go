@@ -750,3 +750,54 @@ func TestWriteSliced(t *testing.T) {
 		}
 	}
 }
+
+// A dial whose context is canceled while the target (silent: it accepts and never welcomes)
+// has every lane mid-handshake returns at once with the cancellation, closing what it opened.
+func TestDialCanceledMidHandshake(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	tr, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, _ := buffer.New(0, 4096, memory.CPU)
+	defer local.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	start := time.Now()
+	_, err = tr.Dial(ctx, transport.DialConfig{Addr: l.Addr().String(), Local: local})
+	if !errors.Is(err, status.ErrCanceled) {
+		t.Fatalf("dial canceled mid-handshake: %v", err)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("dial returned %v after its cancellation", el)
+	}
+	_ = l.Close()
+	for c := range accepted { // every lane the dial opened is closed: reads see EOF
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		var b [512]byte
+		for {
+			if _, err := c.Read(b[:]); err != nil {
+				if !errors.Is(err, io.EOF) {
+					t.Errorf("lane left open: %v", err)
+				}
+				break
+			}
+		}
+		c.Close()
+	}
+}
