@@ -103,8 +103,9 @@ type Group struct {
 	nextFn  int
 	pending []death // dead ranks to remove from the view
 	viewCh  chan struct{}
-	joined  bool // Join succeeded and Leave was not called: a view without this rank is a mistake
-	dropped bool // a view dropped this joined rank: the membership goroutine joins again
+	recent  [viewHistory]View // the last views adopted, by Version % viewHistory (WaitView)
+	joined  bool              // Join succeeded and Leave was not called: a view without this rank is a mistake
+	dropped bool              // a view dropped this joined rank: the membership goroutine joins again
 }
 
 // wait is a collective in progress: it fails when one of its members goes down.
@@ -188,14 +189,19 @@ func (g *Group) OnViewChange(fn func(old, new View)) (cancel func()) {
 	}
 }
 
-// WaitView waits until the current view satisfies ok and returns it.
+// viewHistory is how many adopted views WaitView can look back on.
+const viewHistory = 16
+
+// WaitView waits until the current view, or one adopted since the call, satisfies ok and
+// returns it. A view that held only until the next was adopted counts: a waiter woken late
+// looks at each view adopted meanwhile, oldest first (the last viewHistory of them).
 func (g *Group) WaitView(ctx context.Context, ok func(View) bool) (View, error) {
 	ctx, cancel := g.deadline(ctx)
 	defer cancel()
+	g.mu.Lock()
+	v, ch := g.view, g.viewCh
+	g.mu.Unlock()
 	for {
-		g.mu.Lock()
-		v, ch := g.view, g.viewCh
-		g.mu.Unlock()
 		if ok(v) {
 			return View{Version: v.Version, Members: slices.Clone(v.Members)}, nil
 		}
@@ -204,7 +210,28 @@ func (g *Group) WaitView(ctx context.Context, ok func(View) bool) (View, error) 
 		case <-ctx.Done():
 			return v, fmt.Errorf("group: waiting for a view: %w", status.ContextError(ctx.Err()))
 		}
+		g.mu.Lock()
+		missed := g.since(v.Version)
+		v, ch = g.view, g.viewCh
+		g.mu.Unlock()
+		for _, m := range missed {
+			if ok(m) {
+				return View{Version: m.Version, Members: slices.Clone(m.Members)}, nil
+			}
+		}
 	}
+}
+
+// since returns the views adopted after version, oldest first, that are still in the history,
+// without the current one. Caller holds mu.
+func (g *Group) since(version int64) []View {
+	var vs []View
+	for x := max(version+1, g.view.Version-viewHistory+1); x < g.view.Version; x++ {
+		if r := g.recent[x%viewHistory]; r.Version == x {
+			vs = append(vs, r)
+		}
+	}
+	return vs
 }
 
 // Close stops following the group (it does not Leave). Collectives in progress fail.
@@ -378,6 +405,7 @@ func (g *Group) adopt(v View) {
 	}
 	old := g.view
 	g.view = v
+	g.recent[v.Version%viewHistory] = v
 	for r := range g.down {
 		if !v.Has(r) { // removed: a process that takes the rank again is a new member
 			delete(g.down, r)
