@@ -475,7 +475,13 @@ type death struct {
 // rankDown is the store's rank-down callback.
 func (g *Group) rankDown(r int) {
 	g.mu.Lock()
-	g.down[r] = true
+	if g.view.Has(r) {
+		// Only a member's death marks its rank down. A report that reaches this member after
+		// the view that removed the dead process (on etcd the two travel on separate watches)
+		// is of no member: marked, it outlived the rank's return, since only a view without
+		// the rank clears the mark, and failed every collective of the restarted process.
+		g.down[r] = true
+	}
 	var fails []func(int)
 	for w := range g.waits {
 		if slices.Contains(w.members, r) {

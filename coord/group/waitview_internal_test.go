@@ -60,3 +60,22 @@ func TestViewHistory(t *testing.T) {
 		}
 	}
 }
+
+// A rank-down report that arrives after the view that removed the dead process does not mark
+// the rank down: the process that takes the rank again is a new member whose collectives must
+// not fail at once (they did, for good: only a view without the rank cleared the mark).
+func TestLateRankDownAfterRemoval(t *testing.T) {
+	g := &Group{cfg: Config{Timeout: 5 * time.Second}, log: slog.New(slog.DiscardHandler), viewCh: make(chan struct{}),
+		view: View{Version: 3, Members: []int{20, 21, 22}}, down: map[int]bool{}, waits: map[*wait]struct{}{},
+		onView: map[int]func(old, new View){}}
+	g.adopt(View{Version: 4, Members: []int{20, 22}}) // another member removed rank 21
+	g.rankDown(21)                                    // this member hears of the death late
+	g.adopt(View{Version: 5, Members: []int{20, 21, 22}})
+	if g.down[21] {
+		t.Fatal("rank 21 marked down in view 5, which holds its restarted process")
+	}
+	g.rankDown(22) // a member's death still marks it
+	if !g.down[22] {
+		t.Fatal("rank 22 not marked down")
+	}
+}
