@@ -139,7 +139,12 @@ func (o *Op) poll() (done bool) {
 		o.poller.Begin()
 		defer func() { o.poller.End(done) }()
 	}
-	for until := time.Now().Add(o.spin); time.Now().Before(until); {
+	for until := time.Now().Add(o.spin); ; {
+		now := time.Now()
+		if !now.Before(until) {
+			break
+		}
+		SpinYield(now) // a stream of waits never blocks: see SpinYield
 		if o.poller != nil {
 			o.poller.Poll()
 		}

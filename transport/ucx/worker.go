@@ -105,7 +105,7 @@ func (w *worker) loop() {
 	defer close(w.done)
 	spin := time.Duration(w.cfg.SpinTime) * time.Microsecond
 	lastActive := time.Now()
-	var users uint64
+	var users, turns uint64
 	idleTimer := time.NewTimer(userActive)
 	defer idleTimer.Stop()
 	for idle := 0; ; {
@@ -144,6 +144,9 @@ func (w *worker) loop() {
 		}
 		active := w.progress() || len(w.pending) > 0
 		w.pmu.Unlock()
+		if turns++; turns&63 == 0 { // a loop busy for long never blocks: see SpinYield
+			transport.SpinYield(time.Now())
+		}
 		if active {
 			idle = 0
 			continue
