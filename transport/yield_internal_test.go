@@ -9,8 +9,7 @@ import (
 // yieldEvery after the last, and calls before that only read the clock.
 func TestSpinYieldEvery(t *testing.T) {
 	now := time.Now()
-	SpinYield(now) // due at once or not: this sets a known starting point if it is
-	nextYield.Store(int64(now.Sub(yieldEpoch)))
+	nextYield.Store(int64(now.Sub(yieldEpoch))) // a yield is due now
 	SpinYield(now)
 	first := nextYield.Load()
 	if want := int64(now.Sub(yieldEpoch) + yieldEvery); first != want {
