@@ -351,13 +351,19 @@ func (g *Group) change(ctx context.Context, modify func([]int) ([]int, bool)) (V
 	}
 }
 
-// Join adds this rank to the group and returns the new view (a member already is one).
+// Join adds this rank to the group and returns the new view (a member already is one). A
+// process whose rank the view still holds from a process before it (restarted before the
+// others removed the dead one) makes a new view of the same members: every member's
+// collectives then start again together, the new process's from their first round.
 func (g *Group) Join(ctx context.Context) (View, error) {
 	ctx, cancel := g.deadline(ctx)
 	defer cancel()
+	g.mu.Lock()
+	fresh := !g.joined
+	g.mu.Unlock()
 	v, err := g.change(ctx, func(m []int) ([]int, bool) {
 		if slices.Contains(m, g.rank) {
-			return m, false
+			return m, fresh
 		}
 		if len(m) >= store.MaxWorldSize {
 			return m, false
@@ -567,15 +573,26 @@ func (g *Group) removal() {
 		ctx, cancel := context.WithTimeout(g.ctx, g.cfg.Timeout)
 		// A death another member already handled is not handled again: the rank may be back
 		// by now, a restarted process that rejoined, and removing it would expel the live one.
+		// Nor is a rank that a live client holds again: the report came after the restarted
+		// process took the rank back (or after a client that was only cut off did).
 		var dead []int
 		for _, d := range pending {
 			gone, err := g.leftSince(ctx, d.rank, d.at)
 			if err != nil && g.ctx.Err() == nil {
 				g.log.Warn("group: reading views", "err", err)
 			}
-			if !gone {
-				dead = append(dead, d.rank)
+			if gone {
+				g.log.Debug("group: a reported death was handled already", "rank", d.rank)
+				continue
 			}
+			if live, err := g.st.RankLive(ctx, d.rank); err == nil && live {
+				g.log.Info("group: a reported death is of a past process: the rank is live again", "rank", d.rank)
+				g.mu.Lock()
+				delete(g.down, d.rank)
+				g.mu.Unlock()
+				continue
+			}
+			dead = append(dead, d.rank)
 		}
 		if len(dead) == 0 {
 			cancel()

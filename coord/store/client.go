@@ -533,6 +533,18 @@ func (c *tcpClient) AssignRank(ctx context.Context) (int, error) {
 
 func (c *tcpClient) WatchRankDown(fn func(rank int)) func() { return c.watch.add(fn) }
 
+// RankLive implements Client: a Get of the server's reserved key for the rank.
+func (c *tcpClient) RankLive(ctx context.Context, r int) (bool, error) {
+	_, err := c.Get(ctx, rankLiveKey+strconv.Itoa(r), 0)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, ErrNotExist):
+		return false, nil
+	}
+	return false, err
+}
+
 // Live implements Client: the link is up (its handshake claimed the rank).
 func (c *tcpClient) Live(ctx context.Context) error {
 	for {

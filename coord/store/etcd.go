@@ -655,6 +655,15 @@ func (e *etcdClient) WorldSize() int {
 
 func (e *etcdClient) WatchRankDown(fn func(rank int)) func() { return e.watch.add(fn) }
 
+// RankLive implements Client: the rank's key exists (a lease holds it).
+func (e *etcdClient) RankLive(ctx context.Context, r int) (bool, error) {
+	resp, err := e.read(ctx, e.rankKey(r))
+	if err != nil {
+		return false, fmt.Errorf("%w: etcd: %w", ErrIO, err)
+	}
+	return len(resp.Kvs) == 1, nil
+}
+
 // Live implements Client: the rank's key holds this client's id. A process that was frozen or
 // cut off learns that its lease expired only when etcd answers its next keep-alive; Live looks
 // at the key itself and, finding it gone, revokes the dead lease so that the new one is taken

@@ -452,6 +452,15 @@ func (s *Server) handle(l *link, seq uint32, m *message) {
 			packed(CodeSuccess, 0, v[:])
 			return
 		}
+		if r, ok := strings.CutPrefix(key, rankLiveKey); ok && r != "" {
+			n, err := strconv.Atoi(r)
+			if _, live := s.rankLink[n]; err == nil && live {
+				packed(CodeSuccess, 0, []byte("1"))
+			} else {
+				bare(CodeNotExist, "<not exist>")
+			}
+			return
+		}
 		if exists {
 			packed(CodeSuccess, 0, old)
 			return

@@ -25,6 +25,7 @@ const (
 	maxBody      = 10 << 20       // frame body cap, as upstream
 	maxServerKey = 2 * MaxKeyLen  // key cap on the server side, as upstream
 	autoRankKey  = "AutoRanking#" // GET on this key assigns a rank (upstream's special key)
+	rankLiveKey  = "RankLive#"    // GET on this prefix + a rank: found iff a live link holds it (ours)
 	rankDownKey  = "WATCH_RANK_DOWN_KEY"
 )
 
@@ -67,6 +68,11 @@ type Client interface {
 	// (closed, killed, or silent past the liveness timeout). Calls come one at a time from a
 	// goroutine of the client; fn must not block for long. cancel stops the calls.
 	WatchRankDown(fn func(rank int)) (cancel func())
+	// RankLive reports whether a live client holds rank r now: a link that claimed it (the
+	// embedded store; an older server answers false) or a lease that holds its key (etcd). A
+	// rank-down report that arrives after the rank's process came back (or after a client that
+	// was only cut off took its rank again) is then known for a past one.
+	RankLive(ctx context.Context, r int) (bool, error)
 	// Live returns nil once this client holds its rank in the store: its link is up (the
 	// embedded store) or its lease holds its rank's key (etcd). A client cut off long enough
 	// to be reported down takes its rank again by itself (a new link, a new lease); Live waits

@@ -43,6 +43,7 @@ func Run(t *testing.T, b Backend) {
 		{"ExplicitRanks", testExplicitRanks},
 		{"AutoRanks", testAutoRanks},
 		{"RankDown", testRankDown},
+		{"RankLive", testRankLive},
 		{"RankByName", testRankByName},
 		{"ManyClients", testManyClients},
 	}
@@ -554,6 +555,37 @@ func testRankDown(t *testing.T, open Opener) {
 		t.Fatalf("extra rank-down event %d", r)
 	case <-time.After(200 * time.Millisecond):
 	}
+}
+
+// RankLive says whether a live client holds a rank: yes while it does, no before and after.
+func testRankLive(t *testing.T, open Opener) {
+	obs := MustOpen(t, open, store.Config{WorldSize: 3})
+	live := func(r int) bool {
+		t.Helper()
+		ok, err := obs.RankLive(ctx(t), r)
+		if err != nil {
+			t.Fatalf("RankLive(%d): %v", r, err)
+		}
+		return ok
+	}
+	if live(1) {
+		t.Fatal("rank 1 live before any client took it")
+	}
+	a := MustOpen(t, open, store.Config{Ranking: store.Explicit, Rank: 1, WorldSize: 3})
+	if !live(1) || live(2) {
+		t.Fatalf("with rank 1 held: RankLive(1) = %v, RankLive(2) = %v; want true, false", live(1), live(2))
+	}
+	_ = a.Close()
+	for deadline := time.Now().Add(20 * time.Second); live(1); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("rank 1 still live 20 s after its client closed")
+		}
+	}
+	b := MustOpen(t, open, store.Config{Ranking: store.Explicit, Rank: 1, WorldSize: 3})
+	if !live(1) {
+		t.Fatal("rank 1 not live once a new client took it")
+	}
+	_ = b
 }
 
 func testRankByName(t *testing.T, open Opener) {
