@@ -106,7 +106,13 @@ func (c *collective) begin(ctx context.Context, op, kind string) (dctx, wctx con
 		cancel(nil)
 		cancelDeadline()
 	}
+	n := c.round
+	c.round++
+	c.kinds[n] = kind
 	if len(dead) > 0 {
+		// The round is used up all the same: the other members may be in it (a member's down
+		// mark can be a moment behind the view, or ahead of it), and a member that skipped it
+		// would meet them a round behind in every later collective of the view.
 		done()
 		return nil, nil, nil, "", &MemberDownError{Rank: dead[0], Op: op}
 	}
@@ -117,9 +123,6 @@ func (c *collective) begin(ctx context.Context, op, kind string) (dctx, wctx con
 		case <-wctx.Done():
 		}
 	}()
-	n := c.round
-	c.round++
-	c.kinds[n] = kind
 	key = c.prefix + strconv.FormatInt(n, 10) + "/"
 	return dctx, wctx, done, key, nil
 }

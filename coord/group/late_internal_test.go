@@ -208,3 +208,62 @@ func TestJoinOverOldEntryMakesNewView(t *testing.T) {
 		t.Fatalf("barrier with the new process: %v", err)
 	}
 }
+
+// A member that fails a collective at once for a rank it holds down (a mark a moment behind or
+// ahead of the view) uses up the round as the others do, so the next collective meets in one
+// round (it met a round behind, for good, and every later barrier of the view timed out).
+func TestFailedFastCollectiveKeepsRounds(t *testing.T) {
+	srv, err := store.Listen("tcp://127.0.0.1:0", store.ServerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	gs := make([]*Group, 3)
+	for i := range gs {
+		c, err := store.Open(ctx, srv.URL(), store.Config{Ranking: store.Explicit, Rank: i, WorldSize: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if gs[i], err = New(ctx, c, "fast", Config{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = gs[i].Close() })
+		if _, err := gs[i].Join(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, g := range gs {
+		if _, err := g.WaitView(ctx, func(v View) bool { return v.Size() == 3 }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	barrier := func(d time.Duration) []error {
+		bctx, bcancel := context.WithTimeout(ctx, d)
+		defer bcancel()
+		errs := make([]error, 3)
+		var wg sync.WaitGroup
+		for i, g := range gs {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = g.Barrier(bctx) }()
+		}
+		wg.Wait()
+		return errs
+	}
+	gs[0].mu.Lock()
+	gs[0].down[1] = true // a stale mark: rank 1 is alive and in the barrier
+	gs[0].mu.Unlock()
+	errs := barrier(time.Second)
+	var mde *MemberDownError
+	if !errors.As(errs[0], &mde) || mde.Rank != 1 || errs[1] == nil || errs[2] == nil {
+		t.Fatalf("barrier with member 0 holding rank 1 down: %v; want member 0 failed for rank 1, the others timed out", errs)
+	}
+	gs[0].mu.Lock()
+	delete(gs[0].down, 1)
+	gs[0].mu.Unlock()
+	if err := errors.Join(barrier(10 * time.Second)...); err != nil {
+		t.Fatalf("the next barrier: %v", err)
+	}
+}
