@@ -5,6 +5,7 @@ package etcdproc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -26,8 +27,12 @@ type Cluster struct {
 type Member struct {
 	Name, Client, Peer, Dir string
 	cmd                     *exec.Cmd
+	exited                  chan struct{} // closed when the process has exited (and been waited for)
 	log                     *os.File
 }
+
+// pickPort picks a free port (a variable for the test that hands out a taken one).
+var pickPort = freePort
 
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -41,16 +46,34 @@ func freePort() (int, error) {
 // Start starts an n-member cluster with its members' directories under dir (fast elections:
 // 50 ms heartbeats, 500 ms election timeout) and waits up to ready for it to serve writes. On
 // error nothing is left running. exec.ErrNotFound (wrapped) means etcd is not installed.
+//
+// Ports are picked free just before etcd binds them, so another program can take one in
+// between (parallel test packages do): a member that exits before the cluster serves makes
+// Start try again with other ports, three times at most, within the same ready time.
 func Start(ctx context.Context, n int, dir string, ready time.Duration) (*Cluster, error) {
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
 		return nil, fmt.Errorf("etcd not installed (apt-get install etcd-server): %w", err)
 	}
+	wctx, cancel := context.WithTimeout(ctx, ready)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		c, err := start(wctx, bin, n, filepath.Join(dir, fmt.Sprintf("try%d", attempt)))
+		if err == nil || !errors.Is(err, errExited) || attempt == 3 {
+			return c, err
+		}
+	}
+}
+
+// errExited is a member that exited before the cluster served (a port taken meanwhile).
+var errExited = errors.New("etcd exited")
+
+func start(wctx context.Context, bin string, n int, dir string) (*Cluster, error) {
 	c := &Cluster{}
 	var initial []string
 	for i := range n {
-		cp, err1 := freePort()
-		pp, err2 := freePort()
+		cp, err1 := pickPort()
+		pp, err2 := pickPort()
 		if err1 != nil || err2 != nil {
 			return nil, fmt.Errorf("etcd ports: %v %v", err1, err2)
 		}
@@ -71,12 +94,22 @@ func Start(ctx context.Context, n int, dir string, ready time.Duration) (*Cluste
 		return nil, err
 	}
 	defer cli.Close()
-	wctx, cancel := context.WithTimeout(ctx, ready)
-	defer cancel()
 	for {
-		if _, err := cli.Put(wctx, "/etcdproc/up", "1"); err == nil {
+		pctx, cancel := context.WithTimeout(wctx, time.Second)
+		_, err := cli.Put(pctx, "/etcdproc/up", "1")
+		cancel()
+		if err == nil {
 			return c, nil
-		} else if wctx.Err() != nil {
+		}
+		for _, m := range c.Members {
+			select {
+			case <-m.exited:
+				c.Stop()
+				return nil, fmt.Errorf("%w: member %s (log %s)", errExited, m.Name, filepath.Join(m.Dir, "etcd.log"))
+			default:
+			}
+		}
+		if wctx.Err() != nil {
 			c.Stop()
 			return nil, fmt.Errorf("etcd did not come up (logs under %s): %w", dir, err)
 		}
@@ -98,7 +131,12 @@ func (m *Member) start(bin, initial string) error {
 		return err
 	}
 	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
-	return m.cmd.Start()
+	if err := m.cmd.Start(); err != nil {
+		return err
+	}
+	m.exited = make(chan struct{})
+	go func() { _ = m.cmd.Wait(); close(m.exited) }() // ends when the process does (Kill)
+	return nil
 }
 
 // Client returns an etcd client of all members.
@@ -158,9 +196,9 @@ func (c *Cluster) Stop() {
 
 // Kill kills the member (SIGKILL) and waits for it.
 func (m *Member) Kill() {
-	if m.cmd != nil && m.cmd.Process != nil && m.cmd.ProcessState == nil {
-		_ = m.cmd.Process.Kill()
-		_ = m.cmd.Wait()
+	if m.exited != nil {
+		_ = m.cmd.Process.Kill() // an error: it exited already
+		<-m.exited
 	}
 	if m.log != nil {
 		_ = m.log.Close()
