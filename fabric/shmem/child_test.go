@@ -373,13 +373,26 @@ func collectives(ctx context.Context, w *World, h *Heap, me, n int) error {
 	if (even != nil) != (me%2 == 0) || row == nil || col == nil || row.TranslatePE(row.MyPE()) != me || col.TranslatePE(col.MyPE()) != me {
 		return errors.New("teams: membership")
 	}
-	for _, t := range []*Team{even, row, col} {
+	for ti, t := range []*Team{even, row, col} {
 		if t == nil {
 			continue
 		}
-		for round := range 20 {
+		// Each member counts itself in at the team's first member before every barrier; after
+		// barrier k all have counted k+1 times and none more than k+2 (it waits for us).
+		counter, first, size := offColl+320<<10+uint64(ti)*8, t.TranslatePE(0), uint64(t.Size())
+		for round := range uint64(20) {
+			if err := h.AtomicAdd(ctx, first, counter, 1); err != nil {
+				return err
+			}
 			if err := t.Barrier(ctx); err != nil {
 				return fmt.Errorf("team barrier %d: %w", round, err)
+			}
+			got, err := h.AtomicFetch(ctx, first, counter)
+			if err != nil {
+				return err
+			}
+			if got < (round+1)*size || got >= (round+2)*size {
+				return fmt.Errorf("team %d barrier %d: %d arrivals counted, want %d..%d", ti, round, got, (round+1)*size, (round+2)*size-1)
 			}
 		}
 		binary.LittleEndian.PutUint64(local[offColl+300<<10:], uint64(me+1))

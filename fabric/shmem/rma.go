@@ -489,9 +489,16 @@ func (h *Heap) spin(ctx context.Context, w *atomic.Uint64, ok func(uint64) bool)
 	if err != nil {
 		return 0, err
 	}
+	return h.spinOn(ctx, w, sleepers, ok)
+}
+
+// spinOn is spin on a word of any mapped private block, whose sleepersOff word is sleepers.
+func (h *Heap) spinOn(ctx context.Context, w, sleepers *atomic.Uint64, ok func(uint64) bool) (uint64, error) {
+	var y yielder
 	for i := 0; ; i++ {
 		v := w.Load()
 		if ok(v) {
+			y.done()
 			return v, nil
 		}
 		if i < 64 {
@@ -501,6 +508,9 @@ func (h *Heap) spin(ctx context.Context, w *atomic.Uint64, ok func(uint64) bool)
 			if err := status.FromContext(ctx); err != nil {
 				return 0, err
 			}
+		}
+		if y.yield() {
+			continue
 		}
 		sleepers.Add(1)
 		if v = w.Load(); !ok(v) { // a writer that saw no sleeper did not wake us: look again first

@@ -193,6 +193,8 @@ type Heap struct {
 	nbiMu sync.Mutex
 	nbi   []*transport.Op // non-blocking operations since the last Quiet
 
+	maps [][]byte // by rank: the bitmap of private blocks it maps (mapsBitmap), from Create
+
 	teamMu sync.Mutex
 	teams  int // team slots handed out (world = 0)
 	world  *Team
@@ -287,12 +289,35 @@ func (w *World) Create(ctx context.Context, id int, size uint64) (h *Heap, err e
 		}
 		h.peers[r] = p
 	}
-	h.world = &Team{h: h, members: seq(w.world), me: w.rank, slot: 0}
-	h.teams = 1
-	if err := w.grp.Barrier(ctx); err != nil {
+	// Every rank learns which blocks every other maps, so all members of a team choose the same
+	// barrier (team.go); this allgather is also the closing barrier of Create.
+	if all, err = w.grp.AllGather(ctx, h.mapsBitmap()); err != nil {
 		return nil, fmt.Errorf("shmem: create: %w", err)
 	}
+	h.maps = all
+	h.world = h.newTeam(seq(w.world), w.rank, 0)
+	h.teams = 1
 	return h, nil
+}
+
+// mapsBitmap is bit s set for every rank s whose private block this rank maps (itself included).
+func (h *Heap) mapsBitmap() []byte {
+	b := make([]byte, (h.w.world+7)/8)
+	for s := range h.w.world {
+		if h.mapped(s, true) != nil {
+			b[s/8] |= 1 << (s % 8)
+		}
+	}
+	return b
+}
+
+// rankMaps says whether rank r maps rank s's private block, as r told everyone at Create (a
+// short or missing entry says no).
+func (h *Heap) rankMaps(r, s int) bool {
+	if r < 0 || r >= len(h.maps) || s < 0 || s/8 >= len(h.maps[r]) {
+		return false
+	}
+	return h.maps[r][s/8]&(1<<(s%8)) != 0
 }
 
 // decodeDesc decodes rank r's descriptor (from the allgather: untrusted) and refuses one that

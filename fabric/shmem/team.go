@@ -7,16 +7,19 @@ import (
 	"math"
 
 	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 )
 
 // A team's flags live in its slot of every rank's private block: barrier arrival counters, one
-// per round of a dissemination barrier.
+// per round of a dissemination barrier, then the arrival counter of a central barrier (used in
+// its first member's block).
 const (
-	teamSlots   = 64
-	slotSize    = privSize / teamSlots
-	maxRounds   = 11 // 2^11 > 1024 ranks
-	flagsOffset = 0
+	teamSlots     = 64
+	slotSize      = privSize / teamSlots
+	maxRounds     = 11 // 2^11 > 1024 ranks
+	flagsOffset   = 0
+	centralOffset = flagsOffset + maxRounds*8
 )
 
 // Team is a set of ranks that run collectives together (OpenSHMEM's teams). Methods of one team
@@ -27,6 +30,20 @@ type Team struct {
 	me      int   // this rank's index
 	slot    int   // its flag slot
 	epoch   uint64
+	central bool // every member maps the first member's private block: Sync counts there
+}
+
+// newTeam makes the team of the given world ranks in flag slot slot. Its barrier is central
+// when every member maps the first member's private block (as the members told each other at
+// Create, so all choose alike), dissemination otherwise.
+func (h *Heap) newTeam(members []int, me, slot int) *Team {
+	t := &Team{h: h, members: members, me: me, slot: slot, central: true}
+	for _, m := range members {
+		if !h.rankMaps(m, members[0]) {
+			t.central = false
+		}
+	}
+	return t
 }
 
 // World returns the team of every rank.
@@ -68,18 +85,19 @@ func (t *Team) SplitStrided(start, stride, size int) (*Team, error) {
 	if err != nil {
 		return nil, err
 	}
-	nt := &Team{h: t.h, slot: slot, me: -1}
+	me := -1
+	var members []int
 	for i := range size {
 		idx := start + i*stride
 		if idx == t.me {
-			nt.me = i
+			me = i
 		}
-		nt.members = append(nt.members, t.members[idx])
+		members = append(members, t.members[idx])
 	}
-	if nt.me < 0 {
+	if me < 0 {
 		return nil, nil
 	}
-	return nt, nil
+	return t.h.newTeam(members, me, slot), nil
 }
 
 // Split2D arranges the team as a grid of xRange columns (row-major) and returns this rank's row
@@ -115,12 +133,21 @@ func (t *Team) Split2D(xRange int) (x, y *Team, err error) {
 }
 
 // Sync waits until every member has called it (no completion of this rank's puts; see
-// Barrier). A dissemination barrier on arrival counters in the members' private blocks:
-// log2(size) rounds of one remote increment and one local wait.
+// Barrier).
+//
+// Where every member maps the first member's private block (co-located ranks) the barrier is
+// central: each member adds one to a counter there and sleeps on it until it reaches size ×
+// epoch; the last to arrive wakes all with one system call. Each member then sleeps and is
+// woken once a barrier, which is what counts when ranks outnumber cores: every sleep is a
+// context switch. Otherwise it is a dissemination barrier on arrival counters in the members'
+// private blocks: log2(size) rounds of one remote increment and one local wait.
 func (t *Team) Sync(ctx context.Context) error {
 	t.epoch++
 	n := len(t.members)
 	base := uint64(t.slot)*slotSize + flagsOffset
+	if t.central {
+		return t.syncCentral(ctx, uint64(t.slot)*slotSize+centralOffset, t.epoch*uint64(n))
+	}
 	for k, dist := 0, 1; dist < n; k, dist = k+1, dist*2 {
 		if k >= maxRounds {
 			return fmt.Errorf("shmem: team of %d: %w", n, status.ErrUnsupported)
@@ -138,6 +165,30 @@ func (t *Team) Sync(ctx context.Context) error {
 		if _, err := t.h.spin(ctx, w, func(v uint64) bool { return v >= epoch }); err != nil {
 			return fmt.Errorf("shmem: barrier round %d: %w", k, err)
 		}
+	}
+	return nil
+}
+
+// syncCentral is Sync's central barrier: the counter at off of the first member's private
+// block reaches target when all have arrived.
+func (t *Team) syncCentral(ctx context.Context, off, target uint64) error {
+	blk := t.h.mapped(t.members[0], true)
+	c, err := memory.Word64(blk, off)
+	if err != nil {
+		return err
+	}
+	sleepers, err := memory.Word64(blk, sleepersOff)
+	if err != nil {
+		return err
+	}
+	if c.Add(1) >= target { // the last: wake whoever sleeps on the counter
+		if sleepers.Load() > 0 {
+			wake(c)
+		}
+		return nil
+	}
+	if _, err := t.h.spinOn(ctx, c, sleepers, func(v uint64) bool { return v >= target }); err != nil {
+		return fmt.Errorf("shmem: barrier: %w", err)
 	}
 	return nil
 }
