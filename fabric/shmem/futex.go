@@ -11,22 +11,37 @@ import (
 // Waiting on a word of shared memory sleeps in the kernel (futex on the word's low half, keyed
 // by the mapping's file, so it works across processes that map the same memfd) rather than
 // spinning: ranks often outnumber cores, and a spinning waiter then holds a core that the rank
-// it waits for needs. A co-located rank that changes the word wakes the sleepers; a change
-// made by a transport (a remote rank's atomic) is seen when the bounded sleep ends.
+// it waits for needs. A co-located rank that signals or arrives at a barrier wakes the
+// sleepers; any other change (a remote rank's put or atomic through a transport, a co-located
+// atomic) is seen when the bounded sleep ends.
+//
+// The bound grows with the wait: futexNap at first, then an eighth of the time waited so far,
+// up to futexNapMax. A change nobody wakes us for is then seen at most 12.5 % (or futexNap)
+// late, and a rank that waits long for a slow one (a barrier behind a long computation) wakes
+// about a thousand times a second, not twenty thousand, leaving the cores to the ranks that
+// work (each wake-up costs a Go process about 20 µs of CPU).
 
 const (
-	futexWait = 0 // FUTEX_WAIT, shared (not FUTEX_PRIVATE_FLAG)
-	futexWake = 1
-	// futexNap bounds one sleep: how late a change nobody woke us for is seen.
-	futexNap = 50 * time.Microsecond
+	futexWait   = 0 // FUTEX_WAIT, shared (not FUTEX_PRIVATE_FLAG)
+	futexWake   = 1
+	futexNap    = 50 * time.Microsecond // the first sleeps' bound
+	futexNapMax = time.Millisecond
+	// wokenNapMax bounds the sleeps on a word whose every writer wakes the sleepers (a central
+	// barrier's counter): they end early only if a wake-up were lost.
+	wokenNapMax = 10 * time.Millisecond
 )
+
+// napFor is the bound of a sleep after waiting for waited, at most most.
+func napFor(waited, most time.Duration) time.Duration {
+	return min(max(waited/8, futexNap), most)
+}
 
 // low32 is the address of a 64-bit word's low half (little-endian), the futex word.
 func low32(w *atomic.Uint64) *uint32 { return (*uint32)(unsafe.Pointer(w)) }
 
-// sleepOn sleeps while the low half of w still reads was, at most futexNap.
-func sleepOn(w *atomic.Uint64, was uint32) {
-	ts := unix.NsecToTimespec(int64(futexNap))
+// sleepOn sleeps while the low half of w still reads was, at most nap.
+func sleepOn(w *atomic.Uint64, was uint32, nap time.Duration) {
+	ts := unix.NsecToTimespec(int64(nap))
 	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(low32(w))), futexWait, uintptr(was),
 		uintptr(unsafe.Pointer(&ts)), 0, 0) // EAGAIN (changed), ETIMEDOUT and EINTR all mean: look again
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/hmc-go/hmc/buffer"
@@ -483,18 +484,20 @@ const sleepersOff = privSize - 8
 // spin polls w until ok: briefly busy, then sleeping on the word (futex, see futex.go), so a
 // short wait is fast and a long one, or one among more ranks than cores, costs no CPU. A
 // co-located writer that signals (PutSignal, a barrier's arrival) wakes it; any other change is
-// seen within futexNap.
+// seen when a sleep's bound ends (napFor).
 func (h *Heap) spin(ctx context.Context, w *atomic.Uint64, ok func(uint64) bool) (uint64, error) {
 	sleepers, err := memory.Word64(h.priv, sleepersOff)
 	if err != nil {
 		return 0, err
 	}
-	return h.spinOn(ctx, w, sleepers, ok)
+	return spinOn(ctx, w, sleepers, futexNapMax, ok)
 }
 
-// spinOn is spin on a word of any mapped private block, whose sleepersOff word is sleepers.
-func (h *Heap) spinOn(ctx context.Context, w, sleepers *atomic.Uint64, ok func(uint64) bool) (uint64, error) {
+// spinOn is spin on a word of any mapped private block, whose sleepersOff word is sleepers;
+// no sleep lasts longer than napMax.
+func spinOn(ctx context.Context, w, sleepers *atomic.Uint64, napMax time.Duration, ok func(uint64) bool) (uint64, error) {
 	var y yielder
+	var asleep time.Time // when the first sleep began
 	for i := 0; ; i++ {
 		v := w.Load()
 		if ok(v) {
@@ -504,7 +507,7 @@ func (h *Heap) spinOn(ctx context.Context, w, sleepers *atomic.Uint64, ok func(u
 		if i < 64 {
 			continue
 		}
-		if i%16 == 0 {
+		if i%16 == 0 || !asleep.IsZero() {
 			if err := status.FromContext(ctx); err != nil {
 				return 0, err
 			}
@@ -512,9 +515,18 @@ func (h *Heap) spinOn(ctx context.Context, w, sleepers *atomic.Uint64, ok func(u
 		if y.yield() {
 			continue
 		}
+		nap := futexNap
+		if asleep.IsZero() {
+			asleep = time.Now()
+		} else {
+			nap = napFor(time.Since(asleep), napMax)
+		}
+		if dl, has := ctx.Deadline(); has {
+			nap = max(min(nap, time.Until(dl)), time.Microsecond)
+		}
 		sleepers.Add(1)
 		if v = w.Load(); !ok(v) { // a writer that saw no sleeper did not wake us: look again first
-			sleepOn(w, uint32(v))
+			sleepOn(w, uint32(v), nap)
 		}
 		sleepers.Add(^uint64(0))
 	}

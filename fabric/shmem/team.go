@@ -187,7 +187,7 @@ func (t *Team) syncCentral(ctx context.Context, off, target uint64) error {
 		}
 		return nil
 	}
-	if _, err := t.h.spinOn(ctx, c, sleepers, func(v uint64) bool { return v >= target }); err != nil {
+	if _, err := spinOn(ctx, c, sleepers, wokenNapMax, func(v uint64) bool { return v >= target }); err != nil {
 		return fmt.Errorf("shmem: barrier: %w", err)
 	}
 	return nil

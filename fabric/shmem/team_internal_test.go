@@ -1,6 +1,9 @@
 package shmem
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestTeamBarrierChoice: a team's barrier is central only when every member told the others at
 // Create that it maps the first member's private block; a short or missing bitmap counts as no.
@@ -26,5 +29,22 @@ func TestTeamBarrierChoice(t *testing.T) {
 	}
 	if h.rankMaps(-1, 0) || h.rankMaps(0, 16) || h.rankMaps(10, 0) {
 		t.Error("out-of-range ranks map nothing")
+	}
+}
+
+// TestNapGrows: a sleep's bound starts at futexNap and grows to an eighth of the wait so far,
+// never past the cap it is given.
+func TestNapGrows(t *testing.T) {
+	for _, c := range []struct{ waited, most, want time.Duration }{
+		{0, futexNapMax, futexNap},
+		{200 * time.Microsecond, futexNapMax, futexNap},
+		{2 * time.Millisecond, futexNapMax, 250 * time.Microsecond},
+		{time.Second, futexNapMax, futexNapMax},
+		{time.Second, wokenNapMax, wokenNapMax},
+		{40 * time.Millisecond, wokenNapMax, 5 * time.Millisecond},
+	} {
+		if got := napFor(c.waited, c.most); got != c.want {
+			t.Errorf("napFor(%v, %v) = %v, want %v", c.waited, c.most, got, c.want)
+		}
 	}
 }
