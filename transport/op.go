@@ -52,7 +52,8 @@ func Failed(err error) *Op {
 // Finish records the completion of one part. Transports call it exactly once per part.
 func (o *Op) Finish(err error) {
 	if err != nil {
-		o.err.CompareAndSwap(nil, &err)
+		e := err // only an error escapes: taking err's own address would move every call's to the heap
+		o.err.CompareAndSwap(nil, &e)
 	}
 	if o.parts.Add(-1) == 0 {
 		o.mu.Lock()

@@ -21,7 +21,8 @@ import (
 type bulkReader struct {
 	rc   syscall.RawConn
 	c    net.Conn
-	mark int // the SO_RCVLOWAT set now; 1 is the kernel's default
+	mark int              // the SO_RCVLOWAT set now; 1 is the kernel's default
+	ctl  func(fd uintptr) // rc.Control's callback, setting mark (made once: a closure per call would allocate)
 }
 
 const (
@@ -43,7 +44,9 @@ func newBulkReader(c net.Conn, cfg Config) *bulkReader {
 	if err != nil {
 		return nil
 	}
-	return &bulkReader{rc: rc, c: tc, mark: 1}
+	b := &bulkReader{rc: rc, c: tc, mark: 1}
+	b.ctl = b.setMark
+	return b
 }
 
 // readFull fills dst from br (whose buffered bytes come first) and the socket under it. A nil
@@ -96,9 +99,12 @@ func (b *bulkReader) set(v int) {
 		return
 	}
 	b.mark = v
-	_ = b.rc.Control(func(fd uintptr) {
-		_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, v)
-	})
+	_ = b.rc.Control(b.ctl)
+}
+
+// setMark is set's callback: the socket's SO_RCVLOWAT becomes mark.
+func (b *bulkReader) setMark(fd uintptr) {
+	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, b.mark)
 }
 
 // writeSlice is about what one write system call carries. A single writev of a multi-MiB
@@ -109,8 +115,10 @@ const writeSlice = 1 << 20
 
 // writeSliced writes bufs to w in slices (eachSlice), one write call each. bufs is consumed.
 func writeSliced(w io.Writer, bufs net.Buffers) error {
+	var nb net.Buffers // one for every slice: WriteTo's receiver escapes
 	return eachSlice(bufs, func(b net.Buffers) error {
-		_, err := b.WriteTo(w)
+		nb = b
+		_, err := nb.WriteTo(w)
 		return err
 	})
 }

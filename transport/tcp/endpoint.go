@@ -50,6 +50,13 @@ type lane struct {
 	bulk  *bulkReader       // large GET replies (reader goroutine); nil: plain reads
 	raw   syscall.RawConn   // c's socket, for a poster's non-blocking write; nil under TLS
 
+	// A poster's non-blocking writev (writeNow) runs in raw.Write's callback, made once with
+	// its arguments and results here (a closure per write would allocate); guarded by wmu.
+	wv    func(fd uintptr) bool
+	wvIOV [][]byte
+	wvN   int
+	wvErr error
+
 	// queued counts requests handed to the writer goroutine and not yet written: a poster
 	// writes its own request only when it is zero (under wmu), so a lane's requests leave in
 	// the order they were posted.
@@ -118,6 +125,7 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 			done: make(chan struct{}), pending: make(map[uint64]pend)}
 		if tc, ok := c.(*net.TCPConn); ok {
 			l.raw, _ = tc.SyscallConn() // nil on error: posters write only on an idle lane
+			l.wv = l.writev
 		}
 		if local == nil {
 			if l.send, err = transport.NewStager(ep.region, 0, 0); err == nil {
@@ -447,16 +455,11 @@ func (l *lane) writeNow(out outReq) (rest net.Buffers, done bool, err error) {
 	if len(out.payload) > 0 {
 		iov = l.arr[:2]
 	}
-	n := 0
-	var werr error
-	if cerr := l.raw.Write(func(fd uintptr) bool {
-		for {
-			n, werr = unix.Writev(int(fd), iov)
-			if werr != unix.EINTR {
-				return true // never wait for the socket: what it does not take is queued
-			}
-		}
-	}); cerr != nil {
+	l.wvIOV = iov
+	cerr := l.raw.Write(l.wv)
+	n, werr := l.wvN, l.wvErr
+	l.wvIOV, l.wvErr = nil, nil
+	if cerr != nil {
 		return nil, false, fmt.Errorf("tcp: send: %w", wrapIO(cerr))
 	}
 	switch {
@@ -477,6 +480,17 @@ func (l *lane) writeNow(out outReq) (rest net.Buffers, done bool, err error) {
 		rest = append(rest, p)
 	}
 	return rest, false, nil
+}
+
+// writev is raw.Write's callback for writeNow: one non-blocking writev of wvIOV. Caller holds
+// wmu.
+func (l *lane) writev(fd uintptr) bool {
+	for {
+		l.wvN, l.wvErr = unix.Writev(int(fd), l.wvIOV)
+		if l.wvErr != unix.EINTR {
+			return true // never wait for the socket: what it does not take is queued
+		}
+	}
 }
 
 // leftovers counts the poster writes the socket did not take whole (tests look).
