@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
 
@@ -59,7 +60,9 @@ func main() {
 	}
 	stop := profile(os.Getenv("HMC_CPUPROFILE"))
 	stopTrace := traceTo(os.Getenv("HMC_TRACE"))
+	stopAllocs := allocsTo(os.Getenv("HMC_MEMPROFILE"))
 	err := newRoot().Execute()
+	stopAllocs()
 	stopTrace()
 	stop()
 	if err != nil {
@@ -79,6 +82,22 @@ func profile(path string) (stop func()) {
 // does nothing when path is empty.
 func traceTo(path string) (stop func()) {
 	return diagnose("trace", path, trace.Start, trace.Stop)
+}
+
+// allocsTo writes an allocation profile of this process to path when it ends (HMC_MEMPROFILE,
+// for `go tool pprof -sample_index=alloc_objects`: what allocated how often), sampling one
+// allocation per 4 KiB allocated, or does nothing when path is empty.
+func allocsTo(path string) (stop func()) {
+	var out io.Writer
+	return diagnose("allocation profile", path, func(w io.Writer) error {
+		runtime.MemProfileRate = 4096
+		out = w
+		return nil
+	}, func() {
+		if err := pprof.Lookup("allocs").WriteTo(out, 0); err != nil {
+			fmt.Fprintln(os.Stderr, "hmc: allocation profile:", err)
+		}
+	})
 }
 
 // isServerChild says whether args run the passive side of a benchmark (`hmc bench server`,

@@ -60,10 +60,10 @@ func TestStoreBench(t *testing.T) {
 	}
 }
 
-// HMC_CPUPROFILE and HMC_TRACE write a CPU profile and an execution trace when the command
-// ends; without them nothing is written.
+// HMC_CPUPROFILE, HMC_TRACE and HMC_MEMPROFILE write a CPU profile, an execution trace and an
+// allocation profile when the command ends; without them nothing is written.
 func TestProfile(t *testing.T) {
-	for name, start := range map[string]func(string) func(){"cpu.prof": profile, "trace.out": traceTo} {
+	for name, start := range map[string]func(string) func(){"cpu.prof": profile, "trace.out": traceTo, "allocs.prof": allocsTo} {
 		start("")()
 		path := filepath.Join(t.TempDir(), name)
 		stop := start(path)
