@@ -23,7 +23,9 @@ func newReader(c net.Conn, spin time.Duration) io.Reader {
 	if err != nil {
 		return c
 	}
-	return &pollReader{c: c, rc: rc, spin: spin}
+	p := &pollReader{c: c, rc: rc, spin: spin}
+	p.fn = p.poll
+	return p
 }
 
 // pollReader reads with non-blocking read(2) in a loop for up to spin before letting the
@@ -33,6 +35,14 @@ type pollReader struct {
 	c    net.Conn
 	rc   syscall.RawConn
 	spin time.Duration
+
+	// One Read's arguments and results, for rc.Read's callback (made once: a closure per
+	// Read would allocate). Reads of one reader are not concurrent (io.Reader's contract).
+	fn    func(fd uintptr) bool
+	buf   []byte
+	until time.Time
+	n     int
+	err   error
 }
 
 // Read implements io.Reader.
@@ -40,29 +50,10 @@ func (p *pollReader) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	var (
-		n     int
-		rerr  error
-		until = time.Now().Add(p.spin)
-	)
-	err := p.rc.Read(func(fd uintptr) bool {
-		for {
-			n, rerr = unix.Read(int(fd), b)
-			switch {
-			case rerr == unix.EINTR:
-				continue
-			case rerr == unix.EAGAIN:
-				if time.Now().Before(until) {
-					// Let goroutines this lane just made runnable (a caller whose op
-					// completed) run first, on this P, instead of waiting out the spin.
-					runtime.Gosched()
-					continue
-				}
-				return false // park until readable, then try again
-			}
-			return true
-		}
-	})
+	p.buf, p.until, p.n, p.err = b, time.Now().Add(p.spin), 0, nil
+	err := p.rc.Read(p.fn)
+	n, rerr := p.n, p.err
+	p.buf, p.err = nil, nil
 	if err != nil {
 		return 0, err
 	}
@@ -73,6 +64,26 @@ func (p *pollReader) Read(b []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// poll is Read's callback: non-blocking reads until data, an error or the spin's end.
+func (p *pollReader) poll(fd uintptr) bool {
+	for {
+		p.n, p.err = unix.Read(int(fd), p.buf)
+		switch {
+		case p.err == unix.EINTR:
+			continue
+		case p.err == unix.EAGAIN:
+			if time.Now().Before(p.until) {
+				// Let goroutines this lane just made runnable (a caller whose op
+				// completed) run first, on this P, instead of waiting out the spin.
+				runtime.Gosched()
+				continue
+			}
+			return false // park until readable, then try again
+		}
+		return true
+	}
 }
 
 // spinConn is a connection whose reads busy-poll (newReader's pollReader), for TLS to run

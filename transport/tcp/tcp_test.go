@@ -584,19 +584,25 @@ func dialTo(ctx context.Context, t *testing.T, tr transport.Transport, addr stri
 }
 
 func BenchmarkPut(b *testing.B) {
-	for _, size := range []uint64{8, 64 << 10, 1 << 20, 4 << 20} {
-		b.Run(transporttest.SizeName(size), func(b *testing.B) {
-			tr, _ := New(Config{})
-			p := transporttest.NewPair(b, tr, size, size, 0)
-			ctx := context.Background()
-			b.SetBytes(int64(size))
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := transport.Put(ctx, p.EP, 0, 0, size); err != nil {
-					b.Fatal(err)
-				}
+	for _, spin := range []time.Duration{0, 20 * time.Microsecond} {
+		for _, size := range []uint64{8, 64 << 10, 1 << 20, 4 << 20} {
+			name := transporttest.SizeName(size)
+			if spin > 0 {
+				name += "/busypoll"
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				tr, _ := New(Config{BusyPoll: spin})
+				p := transporttest.NewPair(b, tr, size, size, 0)
+				ctx := context.Background()
+				b.SetBytes(int64(size))
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := transport.Put(ctx, p.EP, 0, 0, size); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
 
