@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"runtime/trace"
 
