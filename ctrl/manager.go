@@ -64,6 +64,7 @@ const (
 	DefaultMaxFrame     = 4 << 20
 	DefaultInboxDepth   = 1024
 	DefaultHelloTimeout = 5 * time.Second
+	DefaultReadSpin     = 20 * time.Microsecond
 	maxPendingHellos    = 64
 	maxInternalTypes    = 16
 )
@@ -86,6 +87,11 @@ type Config struct {
 	// secret on TCP and Unix sockets, mutual TLS on TCP (the frames then travel encrypted).
 	// The zero value authenticates nothing.
 	Auth auth.Config
+	// ReadSpin is how long a read of a connection polls its socket before it lets the runtime
+	// park it until data arrive (default 20 µs; negative: never poll). A Recv whose answer
+	// comes within it sees the answer as it lands instead of after a netpoll wake-up: a UDS
+	// round trip took 9.5 µs parked, 4.1 polling. TLS connections are never polled.
+	ReadSpin time.Duration
 	// Logger receives connection events; nil means silent.
 	Logger *slog.Logger
 }
@@ -106,6 +112,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.HelloTimeout == 0 {
 		c.HelloTimeout = DefaultHelloTimeout
+	}
+	if c.ReadSpin == 0 {
+		c.ReadSpin = DefaultReadSpin
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hmc-go/hmc/auth"
+	"github.com/hmc-go/hmc/internal/spinread"
 	"github.com/hmc-go/hmc/status"
 )
 
@@ -67,8 +68,10 @@ func (pc *pconn) kickRead() {
 	_ = pc.c.SetReadDeadline(longAgo)
 }
 
-func newPconn(c net.Conn) *pconn {
-	pc := &pconn{c: c, done: make(chan struct{}), rtok: make(chan struct{}, 1), br: bufio.NewReaderSize(c, readBuf)}
+// newPconn wraps c; its reads poll the socket for spin before they park (spinread).
+func newPconn(c net.Conn, spin time.Duration) *pconn {
+	r, _ := spinread.NewReader(c, spin)
+	pc := &pconn{c: c, done: make(chan struct{}), rtok: make(chan struct{}, 1), br: bufio.NewReaderSize(r, readBuf)}
 	pc.rtok <- struct{}{}
 	pc.lastWaiter.Store(nanotime() - int64(linger)) // the reader starts at once
 	return pc
@@ -164,7 +167,7 @@ func (m *Manager) attach(id uint32, c net.Conn) error {
 	if err != nil {
 		return err
 	}
-	pc := newPconn(c)
+	pc := newPconn(c, m.cfg.ReadSpin)
 	m.mu.Lock()
 	if m.closed { // re-checked under mu so that Close's wg.Wait covers the reader started here
 		m.mu.Unlock()
