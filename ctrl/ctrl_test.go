@@ -48,9 +48,12 @@ func TestHeaderPinned(t *testing.T) {
 	}
 }
 
+// readSpin is the Config.ReadSpin of newManager's Managers (TestPollingReads sets it).
+var readSpin time.Duration
+
 func newManager(t testing.TB, _ uint32) *Manager {
 	t.Helper()
-	m, err := New(Config{HelloTimeout: time.Second})
+	m, err := New(Config{HelloTimeout: time.Second, ReadSpin: readSpin})
 
 	if err != nil {
 		t.Fatal(err)
@@ -138,6 +141,29 @@ func TestSendRecvBothWays(t *testing.T) {
 				t.Fatal("peer bookkeeping")
 			}
 		})
+	}
+}
+
+// TestPollingReads runs the tests that read, interrupt reads and end connections again with
+// reads that poll their sockets before parking (Config.ReadSpin).
+func TestPollingReads(t *testing.T) {
+	readSpin = 50 * time.Microsecond
+	defer func() { readSpin = 0 }()
+	for name, f := range map[string]func(*testing.T){
+		"SendRecvBothWays":                    TestSendRecvBothWays,
+		"RecvWaitsForLatePeer":                TestRecvWaitsForLatePeer,
+		"RecvDeadline":                        TestRecvDeadline,
+		"PeerDeathIsAnError":                  TestPeerDeathIsAnError,
+		"CloseUnblocksWaiters":                TestCloseUnblocksWaiters,
+		"ReconnectReplaces":                   TestReconnectReplaces,
+		"RecvTimeoutMidFrameLosesNothing":     TestRecvTimeoutMidFrameLosesNothing,
+		"ConcurrentReceiversOfDifferentTypes": TestConcurrentReceiversOfDifferentTypes,
+		"FullInboxKeepsOrder":                 TestFullInboxKeepsOrder,
+	} {
+		t.Run(name, f)
+	}
+	if _, err := New(Config{ReadSpin: -1}); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Errorf("a negative ReadSpin: %v", err)
 	}
 }
 
@@ -618,7 +644,7 @@ func TestConcurrentReceiversOfDifferentTypes(t *testing.T) {
 // With a tiny inbox the connection's reader fills it and holds the next frame; receivers get
 // every message in order, whichever of them reads the socket.
 func TestFullInboxKeepsOrder(t *testing.T) {
-	srv, err := New(Config{InboxDepth: 2})
+	srv, err := New(Config{InboxDepth: 2, ReadSpin: readSpin})
 	if err != nil {
 		t.Fatal(err)
 	}
