@@ -67,6 +67,21 @@ func (x *RegionIndex[R]) Add(k buffer.Key, addr, size uint64, r R) error {
 	return nil
 }
 
+// Overlapping returns the regions that overlap [addr, addr+size).
+func (x *RegionIndex[R]) Overlapping(addr, size uint64) []R {
+	var out []R
+	for i := max(x.search(addr)-1, 0); i < len(x.sorted); i++ { // the one starting at or before addr, then on
+		e := x.sorted[i]
+		if e.addr >= addr+size {
+			break
+		}
+		if e.addr+e.size > addr {
+			out = append(out, e.r)
+		}
+	}
+	return out
+}
+
 // Remove forgets the region with key k and returns it.
 func (x *RegionIndex[R]) Remove(k buffer.Key) (R, bool) {
 	e := x.byKey[k]

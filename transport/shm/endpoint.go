@@ -88,6 +88,7 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 	}
 	ep := &endpoint{cfg: t.cfg, region: cfg.Local, local: local, conn: c, whole: whole.mapping, remote: whole.region,
 		version: whole.version, pid: cred.PID}
+	ep.peer.version = whole.version
 	ep.peer.init()
 	if local == nil {
 		// Device copies into and out of pageable memory run at a fraction of the link's rate

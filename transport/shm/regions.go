@@ -17,16 +17,29 @@ import (
 )
 
 // The control page: a memfd of ctlSlots 8-byte words that a server shares with every
-// initiator that resolves one of its registered regions. Each such region gets one word for
-// life (keys are never reused): its low bits count the peers' operations in flight on the
-// region, ctlDead marks it deregistered. A peer adds one before it touches the region and
-// subtracts it after, and gives up if it finds ctlDead; the owner's Deregister sets ctlDead and
-// waits for the count to drain (the Table fence), so no peer copy runs into memory that was
-// deregistered — one-sided, the owner's CPU never takes part in a transfer.
+// initiator that resolves one of its registered regions. A region a peer resolved has one word
+// while it is registered: its low 32 bits count the peers' operations in flight on the region,
+// bits 32-62 are the word's generation, and ctlDead marks the region deregistered. A peer adds
+// one before it touches the region and subtracts it after, and gives up if it finds ctlDead or
+// (version-3 links) another generation than its answer named; the owner's Deregister sets
+// ctlDead and waits for the count to drain (the Table fence), so no peer copy runs into memory
+// that was deregistered — one-sided, the owner's CPU never takes part in a transfer.
+//
+// A drained word is reused for a later region with the next generation, so a process that
+// registers a buffer per request serves peers for ever (without reuse, 131,072 regions over its
+// life were its last). The generation is what keeps a peer that still caches the old region
+// out of the new one. A word a version-2 peer was given (it does not check generations) is
+// never reused.
 const (
 	ctlSlots = 1 << 17 // 1 MiB of words
 	ctlDead  = uint64(1) << 63
+	ctlCount = uint64(1)<<32 - 1
+	genShift = 32
+	genMax   = 1<<31 - 1
 )
+
+// genOf is the generation in control word v.
+func genOf(v uint64) uint32 { return uint32(v>>genShift) & genMax }
 
 // regionServer serves a server's region table to its initiators.
 type regionServer struct {
@@ -37,8 +50,15 @@ type regionServer struct {
 	remove func() // removes the fence
 
 	mu    sync.Mutex
-	slots map[buffer.Key]uint32 // guarded by mu
-	next  uint32                // guarded by mu
+	slots map[buffer.Key]slotUse // guarded by mu: the words of live regions peers resolved
+	free  []uint32               // guarded by mu: drained words, ready for reuse
+	next  uint32                 // guarded by mu: the first word never used
+}
+
+// slotUse is a region's word in the control page.
+type slotUse struct {
+	slot, gen uint32
+	legacy    bool // a version-2 peer has it: never reuse it
 }
 
 func newRegionServer(t *buffer.Table) (*regionServer, error) {
@@ -57,7 +77,7 @@ func newRegionServer(t *buffer.Table) (*regionServer, error) {
 		_ = unix.Close(fd)
 		return nil, fmt.Errorf("shm: control page: %w: %w", status.ErrFailed, err)
 	}
-	rs := &regionServer{table: t, ctl: m, ctlFD: fd, pid: os.Getpid(), slots: make(map[buffer.Key]uint32)}
+	rs := &regionServer{table: t, ctl: m, ctlFD: fd, pid: os.Getpid(), slots: make(map[buffer.Key]slotUse)}
 	rs.remove = t.AddFence(rs.fence)
 	return rs, nil
 }
@@ -68,40 +88,78 @@ func (rs *regionServer) close() {
 	_ = unix.Close(rs.ctlFD)
 }
 
-// slot returns region k's word, giving it one on first use.
-func (rs *regionServer) slot(k buffer.Key) (uint32, bool) {
+// slot returns region r's word and its generation, giving it one on first use (a drained
+// word when there is one); legacy says the asking peer runs a version-2 link. It refuses a
+// region already deregistered (notFound): its fence may have run, and would not mark a word
+// given now.
+func (rs *regionServer) slot(r *buffer.Region, legacy bool) (s, gen uint32, st uint8) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if s, ok := rs.slots[k]; ok {
-		return s, true
+	if r.Deregistered() {
+		return 0, 0, lstNotFound
+	}
+	if u, ok := rs.slots[r.Key()]; ok {
+		if legacy && !u.legacy {
+			u.legacy = true
+			rs.slots[r.Key()] = u
+		}
+		return u.slot, u.gen, lstOK
+	}
+	var busy []uint32
+	defer func() { rs.free = append(rs.free, busy...) }()
+	for len(rs.free) > 0 {
+		s = rs.free[len(rs.free)-1]
+		rs.free = rs.free[:len(rs.free)-1]
+		w := word(rs.ctl, s)
+		// A peer that still caches the word's last region may be between its add and its
+		// subtract (it then backs out): take the word only with no count in it.
+		if v := w.Load(); v&ctlCount == 0 {
+			gen = (genOf(v) + 1) & genMax
+			if w.CompareAndSwap(v, uint64(gen)<<genShift) {
+				rs.slots[r.Key()] = slotUse{slot: s, gen: gen, legacy: legacy}
+				return s, gen, lstOK
+			}
+		}
+		busy = append(busy, s)
 	}
 	if rs.next == ctlSlots {
-		return 0, false
+		return 0, 0, lstNoSlot
 	}
-	s := rs.next
+	s = rs.next
 	rs.next++
-	rs.slots[k] = s
-	return s, true
+	rs.slots[r.Key()] = slotUse{slot: s, legacy: legacy} // a fresh word: zero, generation 0
+	return s, 0, lstOK
 }
 
-// fence marks region r dead for peers and waits for their operations on it to end. Peers run
-// in other processes, so their count is polled (a futex would save the polling; a deregistration
-// is rare and short).
+// fence marks region r dead for peers and waits for their operations on it to end; its word
+// is then free for another region. Peers run in other processes, so their count is polled (a
+// futex would save the polling; a deregistration is rare and short).
 func (rs *regionServer) fence(ctx context.Context, r *buffer.Region) error {
 	rs.mu.Lock()
-	s, ok := rs.slots[r.Key()]
+	u, ok := rs.slots[r.Key()]
 	rs.mu.Unlock()
 	if !ok {
-		return nil // no peer ever resolved it
+		return nil // no peer resolved it (and slot refuses it from now on: it is dead)
 	}
-	w := word(rs.ctl, s)
+	w := word(rs.ctl, u.slot)
 	w.Or(ctlDead)
-	for w.Load() != ctlDead {
+	for w.Load()&ctlCount != 0 {
 		if err := status.FromContext(ctx); err != nil {
+			rs.mu.Lock()
+			delete(rs.slots, r.Key()) // the word stays dead and counted: never reused
+			rs.mu.Unlock()
 			return fmt.Errorf("shm: peers' operations on region %d still in flight: %w", r.Key(), err)
 		}
 		time.Sleep(20 * time.Microsecond)
 	}
+	rs.mu.Lock()
+	if u, ok = rs.slots[r.Key()]; ok { // legacy may have been set meanwhile
+		delete(rs.slots, r.Key())
+		if !u.legacy {
+			rs.free = append(rs.free, u.slot)
+		}
+	}
+	rs.mu.Unlock()
 	return nil
 }
 
@@ -116,8 +174,9 @@ func word(ctl []byte, s uint32) *atomic.Uint64 {
 
 // answer handles one region request of the link of the peer of rank peer; fds are the
 // descriptors to send with the reply. controlSent says whether this link already has the
-// control page. A region not published to the peer is not found.
-func (rs *regionServer) answer(peer uint32, q linkReq, controlSent bool) (resp linkResp, fds []int) {
+// control page, gens whether it runs version 3 (the peer checks generations). A region not
+// published to the peer is not found.
+func (rs *regionServer) answer(peer uint32, q linkReq, controlSent, gens bool) (resp linkResp, fds []int) {
 	resp = linkResp{op: lopResolved, id: q.id}
 	if q.op == lopAtomic {
 		resp.op = lopAtomicOK
@@ -154,12 +213,15 @@ func (rs *regionServer) answer(peer uint32, q linkReq, controlSent bool) (resp l
 		resp.addr = old
 		return resp, nil
 	}
-	s, ok := rs.slot(reg.Key())
-	if !ok {
-		resp.status = lstNoSlot
+	s, gen, st := rs.slot(reg, !gens)
+	if st != lstOK {
+		resp.status = st
 		return resp, nil
 	}
 	resp.addr, resp.size, resp.slot = reg.Addr(), reg.Size(), s
+	if gens {
+		resp.gen = gen
+	}
 	if fd, fdOff := reg.FD(); fd >= 0 {
 		resp.flags |= lflagRegionFD
 		resp.fdOff = fdOff

@@ -23,6 +23,8 @@ type peerRegion struct {
 	mem        []byte         // the region in our mapping; nil: cross-memory attach
 	whole      []byte         // the mapping, for munmap
 	slot       *atomic.Uint64 // its word in the target's control page
+	gen        uint32         // the word's generation when the target gave it (checked on version-3 links)
+	checkGen   bool
 
 	local sync.RWMutex // copies hold it shared; dropping the mapping takes it
 }
@@ -30,6 +32,8 @@ type peerRegion struct {
 // peerRegions caches the target's regions this endpoint resolved, by key and by address, and
 // carries its region requests on the link.
 type peerRegions struct {
+	version uint16 // the link's version: 3 checks slot generations
+
 	mu     sync.Mutex
 	index  transport.RegionIndex[*peerRegion] // guarded by mu
 	ctl    []byte                             // the target's control page, mapped; guarded by mu
@@ -79,6 +83,9 @@ func (p *peerRegions) readReplies(c *net.UnixConn) error {
 			}
 		}
 		resp, err := decodeLinkResp(&b)
+		if err == nil && p.version < 3 && resp.gen != 0 {
+			err = fmt.Errorf("shm: a generation in an answer on a version-%d link: %w", p.version, status.ErrProtocol)
+		}
 		if err != nil {
 			closeFDs(fds)
 			return err
@@ -191,6 +198,14 @@ func (p *peerRegions) add(resp linkResp, fds []int) (*peerRegion, error) {
 	if resp.size == 0 || resp.addr+resp.size < resp.addr || resp.slot >= ctlSlots || resp.key == 0 {
 		return nil, fmt.Errorf("shm: region answer [%#x, +%d) slot %d: %w", resp.addr, resp.size, resp.slot, status.ErrProtocol)
 	}
+	var stale []*peerRegion // regions forgotten below, unmapped after mu (once no copy uses them)
+	defer func() {
+		for _, old := range stale {
+			old.local.Lock()
+			old.unmap()
+			old.local.Unlock()
+		}
+	}()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -203,7 +218,7 @@ func (p *peerRegions) add(resp linkResp, fds []int) (*peerRegion, error) {
 	if r, ok := p.index.Get(key); ok {
 		return r, nil // another requester cached it meanwhile
 	}
-	r := &peerRegion{key: key, addr: resp.addr, size: resp.size, slot: word(p.ctl, resp.slot)}
+	r := &peerRegion{key: key, addr: resp.addr, size: resp.size, slot: word(p.ctl, resp.slot), gen: resp.gen, checkGen: p.version >= 3}
 	if regionFD >= 0 {
 		m, err := mapRegion(regionFD, resp.fdOff, resp.size)
 		if err != nil {
@@ -211,11 +226,27 @@ func (p *peerRegions) add(resp linkResp, fds []int) (*peerRegion, error) {
 		}
 		r.mem, r.whole = m.region, m.mapping
 	}
+	// The target may have deregistered a cached region this one overlaps (it tells nobody: the
+	// cache learns it from the control word) and registered the memory again: forget those.
+	for _, old := range p.index.Overlapping(r.addr, r.size) {
+		if !old.stale() {
+			break // a live one: Add says the target contradicts itself
+		}
+		p.index.Remove(old.key)
+		stale = append(stale, old)
+	}
 	if err := p.index.Add(key, r.addr, r.size, r); err != nil {
 		r.unmap()
 		return nil, fmt.Errorf("shm: %w", err)
 	}
 	return r, nil
+}
+
+// stale says whether the target deregistered r (its control word says so; it may since have
+// gone to another region).
+func (r *peerRegion) stale() bool {
+	v := r.slot.Load()
+	return v&ctlDead != 0 || r.checkGen && genOf(v) != r.gen
 }
 
 // drop forgets a region the target deregistered and unmaps it once no copy uses it.
@@ -264,7 +295,7 @@ func errDeregistered(k buffer.Key) error {
 // enter marks an operation on r in flight in the target's control page, or reports the region
 // deregistered (then drops it). The caller calls exit after its copy.
 func (ep *endpoint) enter(r *peerRegion) error {
-	if r.slot.Add(1)&ctlDead != 0 {
+	if v := r.slot.Add(1); v&ctlDead != 0 || r.checkGen && genOf(v) != r.gen {
 		r.slot.Add(^uint64(0))
 		ep.peer.drop(r)
 		return errDeregistered(r.key)
@@ -276,6 +307,25 @@ func (ep *endpoint) enter(r *peerRegion) error {
 func exit(r *peerRegion) {
 	r.local.RUnlock()
 	r.slot.Add(^uint64(0))
+}
+
+// enterResolved resolves dst and enters its region (the caller exits it). A region named by
+// address that the cache held but the target deregistered is resolved once more: the address
+// may belong to a region registered since.
+func (ep *endpoint) enterResolved(ctx context.Context, dst transport.Remote, n uint64) (*peerRegion, uint64, error) {
+	for try := 0; ; try++ {
+		r, off, err := ep.resolve(ctx, dst, n)
+		if err != nil {
+			return nil, 0, err
+		}
+		if err := ep.enter(r); err != nil {
+			if dst.Key != 0 || try > 0 {
+				return nil, 0, err
+			}
+			continue
+		}
+		return r, off, nil
+	}
 }
 
 // resolve finds the target's region for n bytes at dst, asking the target on a cache miss.
@@ -371,11 +421,8 @@ func (ep *endpoint) rma(ctx context.Context, write bool, b []byte, remote transp
 	if n == 0 {
 		return transport.Succeeded(), nil
 	}
-	r, off, err := ep.resolve(ctx, remote, n)
+	r, off, err := ep.enterResolved(ctx, remote, n)
 	if err != nil {
-		return nil, err
-	}
-	if err := ep.enter(r); err != nil {
 		return nil, err
 	}
 	defer exit(r)

@@ -111,7 +111,7 @@ func (s *server) serve(c *net.UnixConn) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	if h.version >= 2 {
-		s.serveRegions(c, h.rank)
+		s.serveRegions(c, h.rank, h.version >= 3)
 		return
 	}
 	var one [1]byte
@@ -122,9 +122,9 @@ func (s *server) serve(c *net.UnixConn) {
 	}
 }
 
-// serveRegions answers an initiator's region requests (version 2) until it or Close ends the
-// link. A request that does not decode ends the link: the initiator is out of step.
-func (s *server) serveRegions(c *net.UnixConn, peer uint32) {
+// serveRegions answers an initiator's region requests (version 2; gens: 3) until it or Close
+// ends the link. A request that does not decode ends the link: the initiator is out of step.
+func (s *server) serveRegions(c *net.UnixConn, peer uint32, gens bool) {
 	var (
 		qb          [linkReqSize]byte
 		rb          [linkRespSize]byte
@@ -139,7 +139,7 @@ func (s *server) serveRegions(c *net.UnixConn, peer uint32) {
 			s.t.cfg.Logger.Warn("shm: bad region request", "err", err)
 			return
 		}
-		resp, fds := s.regions.answer(peer, q, controlSent)
+		resp, fds := s.regions.answer(peer, q, controlSent, gens)
 		resp.encode(&rb)
 		var oob []byte
 		if len(fds) > 0 {

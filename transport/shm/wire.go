@@ -15,8 +15,10 @@ const (
 	magic = "HMCS"
 	// version is the highest version this side speaks: the initiator offers it in its hello,
 	// the target answers in its offer with the highest both speak (minVersion at least).
-	// Version 2 adds region requests on the link after the offer.
-	version    = 2
+	// Version 2 adds region requests on the link after the offer; version 3 the generation of
+	// a region's control slot in its answer (a target reuses the slots of deregistered regions
+	// only for version-3 peers, which check it).
+	version    = 3
 	minVersion = 1
 	helloSize  = 64
 	maxIPLen   = 46
@@ -183,6 +185,7 @@ type linkResp struct {
 	addr, size        uint64 // the region (resolved); addr holds the old value of an atomic
 	fdOff             uint64 // the region's offset in its memfd
 	slot              uint32 // the region's word in the control memfd
+	gen               uint32 // the slot's generation (version 3; 0 before), at most genMax
 }
 
 func (r linkResp) encode(b *[linkRespSize]byte) {
@@ -194,16 +197,17 @@ func (r linkResp) encode(b *[linkRespSize]byte) {
 	binary.LittleEndian.PutUint64(b[24:], r.size)
 	binary.LittleEndian.PutUint64(b[32:], r.fdOff)
 	binary.LittleEndian.PutUint32(b[40:], r.slot)
+	binary.LittleEndian.PutUint32(b[44:], r.gen)
 }
 
 func decodeLinkResp(b *[linkRespSize]byte) (linkResp, error) {
 	r := linkResp{op: b[0], status: b[1], flags: b[2], key: binary.LittleEndian.Uint32(b[4:]), id: binary.LittleEndian.Uint64(b[8:]),
 		addr: binary.LittleEndian.Uint64(b[16:]), size: binary.LittleEndian.Uint64(b[24:]),
-		fdOff: binary.LittleEndian.Uint64(b[32:]), slot: binary.LittleEndian.Uint32(b[40:])}
+		fdOff: binary.LittleEndian.Uint64(b[32:]), slot: binary.LittleEndian.Uint32(b[40:]), gen: binary.LittleEndian.Uint32(b[44:])}
 	switch {
 	case r.op != lopResolved && r.op != lopAtomicOK:
 		return r, fmt.Errorf("shm: link response op %#x: %w", r.op, status.ErrProtocol)
-	case r.status > lstNoSlot || r.flags > lflagRegionFD|lflagControlFD || b[3] != 0 || binary.LittleEndian.Uint32(b[44:]) != 0:
+	case r.status > lstNoSlot || r.flags > lflagRegionFD|lflagControlFD || b[3] != 0 || r.gen > genMax:
 		return r, fmt.Errorf("shm: bad link response fields: %w", status.ErrProtocol)
 	}
 	return r, nil

@@ -54,13 +54,15 @@ func (o Options) NewRMAPair(t testing.TB) *RMAPair {
 }
 
 // RunRMA runs the region and atomics conformance suite: many regions named by key and by
-// address, lookups at region boundaries, stale keys, deregistration during transfers, every
+// address, lookups at region boundaries, stale keys, deregistration during transfers, regions
+// registered and deregistered over and over, every
 // atomic operation and a concurrent fetch-add sum.
 func RunRMA(t *testing.T, o Options) {
 	t.Run("ManyRegions", func(t *testing.T) { testManyRegions(t, o) })
 	t.Run("Boundaries", func(t *testing.T) { testRegionBoundaries(t, o) })
 	t.Run("StaleKey", func(t *testing.T) { testStaleKey(t, o) })
 	t.Run("DeregisterInFlight", func(t *testing.T) { testDeregisterInFlight(t, o) })
+	t.Run("Churn", func(t *testing.T) { testChurn(t, o) })
 	t.Run("Atomics", func(t *testing.T) { testAtomics(t, o) })
 	t.Run("AtomicSum", func(t *testing.T) { testAtomicSum(t, o) })
 	t.Run("PublishedTo", func(t *testing.T) { testPublishedTo(t, o) })
@@ -260,18 +262,60 @@ func testStaleKey(t *testing.T, o Options) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem[0] = 0
+	// The new key is reached first, so a transport that keeps per-region state (the shm
+	// control word, which the new region may get again) has moved on when the stale key comes.
+	if err := write(ctx, p.RMA, []byte{3}, transport.Remote{Key: again.Key()}); err != nil || mem[0] != 3 {
+		t.Fatalf("new key: %v, byte %d", err, mem[0])
+	}
 	if err := write(ctx, p.RMA, []byte{2}, transport.Remote{Key: r.Key()}); !errors.Is(err, status.ErrNotFound) {
 		t.Fatalf("write with a stale key: %v", err)
 	}
 	if _, err := p.RMA.Atomic(ctx, buffer.AtomicFetchAdd, transport.Remote{Key: r.Key()}, 1, 0); !errors.Is(err, status.ErrNotFound) {
 		t.Fatalf("atomic with a stale key: %v", err)
 	}
-	if mem[0] != 0 {
-		t.Fatal("a stale key reached the memory registered again under a new key")
+	if mem[0] != 3 {
+		t.Fatalf("a stale key reached the memory registered again under a new key: byte %d", mem[0])
 	}
-	if err := write(ctx, p.RMA, []byte{3}, transport.Remote{Key: again.Key()}); err != nil || mem[0] != 3 {
-		t.Fatalf("new key: %v, byte %d", err, mem[0])
+	// By address the stale region is forgotten and the new one found.
+	if err := write(ctx, p.RMA, []byte{4}, transport.Remote{Addr: again.Addr()}); err != nil || mem[0] != 4 {
+		t.Fatalf("by address after re-registration: %v, byte %d", err, mem[0])
+	}
+}
+
+// testChurn registers, reaches and deregisters a region over and over, as a server that
+// registers a buffer per request does: every cycle works, and a key of an earlier cycle never
+// reaches the memory again.
+func testChurn(t *testing.T, o Options) {
+	p := o.NewRMAPair(t)
+	ctx := ctx10(t)
+	mem := o.buf(t, 4096).Bytes()
+	const cycles = 3000
+	var first buffer.Key
+	for i := range cycles {
+		r, err := p.Table.Register(mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = r.Key()
+		}
+		v := byte(i%250 + 1)
+		if err := write(ctx, p.RMA, []byte{v}, transport.Remote{Key: r.Key(), Addr: 8}); err != nil || mem[8] != v {
+			t.Fatalf("cycle %d: %v, byte %d", i, err, mem[8])
+		}
+		if err := p.Table.Deregister(ctx, r); err != nil {
+			t.Fatalf("cycle %d: deregister: %v", i, err)
+		}
+	}
+	r, err := p.Table.Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := write(ctx, p.RMA, []byte{7}, transport.Remote{Key: r.Key()}); err != nil || mem[0] != 7 {
+		t.Fatalf("after the churn: %v", err)
+	}
+	if err := write(ctx, p.RMA, []byte{9}, transport.Remote{Key: first}); !errors.Is(err, status.ErrNotFound) || mem[0] != 7 {
+		t.Fatalf("the first cycle's key: %v, byte %d", err, mem[0])
 	}
 }
 
