@@ -185,15 +185,7 @@ func BenchmarkPut(b *testing.B) {
 	for _, size := range []uint64{8, 64 << 10, 4 << 20, 256 << 20} {
 		b.Run(transporttest.SizeName(size), func(b *testing.B) {
 			tr, _ := New(Config{})
-			p := transporttest.NewPairAt(b, tr, abstractName(b), size, size, 0)
-			ctx := context.Background()
-			b.SetBytes(int64(size))
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := transport.Put(ctx, p.EP, 0, 0, size); err != nil {
-					b.Fatal(err)
-				}
-			}
+			transporttest.BenchPut(b, transporttest.NewPairAt(b, tr, abstractName(b), size, size, 0), size)
 		})
 	}
 }

@@ -592,15 +592,7 @@ func BenchmarkPut(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				tr, _ := New(Config{BusyPoll: spin})
-				p := transporttest.NewPair(b, tr, size, size, 0)
-				ctx := context.Background()
-				b.SetBytes(int64(size))
-				b.ReportAllocs()
-				for b.Loop() {
-					if err := transport.Put(ctx, p.EP, 0, 0, size); err != nil {
-						b.Fatal(err)
-					}
-				}
+				transporttest.BenchPut(b, transporttest.NewPair(b, tr, size, size, 0), size)
 			})
 		}
 	}

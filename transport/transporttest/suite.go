@@ -562,3 +562,16 @@ func closeUnderLoad(t *testing.T, o Options, what string, round int) {
 		t.Fatalf("close %s under load: bytes outside every transfer's range changed", what)
 	}
 }
+
+// BenchPut times blocking puts of size bytes from p's local buffer to its target (bytes per
+// second and allocations per put).
+func BenchPut(b *testing.B, p *Pair, size uint64) {
+	ctx := context.Background()
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := transport.Put(ctx, p.EP, 0, 0, size); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
