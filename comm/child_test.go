@@ -43,6 +43,8 @@ const (
 	cmdRecvData = 3 // RecvDataFrom the parent into len bytes and verify Fill(seed); reply 1 or 0
 	cmdSendData = 4 // SendDataTo the parent len bytes of Fill(seed)
 	cmdPutBack  = 5 // fill region[off,+len) with seed and Put it to the parent's region at the same offset; reply 1
+	cmdRegister = 6 // register region[off, +len) in the Communicator's table; reply its key
+	cmdDereg    = 7 // deregister the region whose key is off; reply 1 or 0
 	cmdExit     = 9
 )
 
@@ -83,6 +85,7 @@ func childServer() error {
 	fmt.Printf("READY %s %d %d\n", c.DataAddr(transport.TCP), c.CtrlAddr().Port, ucxPort)
 	ctx := context.Background()
 	const parent = 1
+	registered := map[uint64]*buffer.Region{}
 	for {
 		tag, err := c.CtrlRecv(ctx, parent)
 		if err != nil {
@@ -124,6 +127,23 @@ func childServer() error {
 			transporttest.Fill(src, r.Seed)
 			if err := c.Peer("127.0.0.1", int(r.Port), transport.AUTO).SendDataTo(ctx, HostData(src)); err != nil {
 				fmt.Fprintln(os.Stderr, "child: send data:", err)
+				reply = 0
+			}
+		case cmdRegister:
+			s, err := buf.Slice(r.Off, r.Len)
+			if err != nil {
+				return err
+			}
+			reg, err := c.Regions().Register(s)
+			if err != nil {
+				return err
+			}
+			registered[uint64(reg.Key())] = reg
+			reply = uint64(reg.Key())
+		case cmdDereg:
+			reg := registered[r.Off]
+			delete(registered, r.Off)
+			if reg == nil || c.Regions().Deregister(ctx, reg) != nil {
 				reply = 0
 			}
 		case cmdPutBack:

@@ -91,6 +91,12 @@ func connectMem(t *testing.T, link ctrl.Transport, ct transport.ConnType, mt mem
 
 func (s *session) ask(cmd uint64, r request) bool {
 	s.t.Helper()
+	return s.askValue(cmd, r) == 1
+}
+
+// askValue sends the child a command and returns its reply.
+func (s *session) askValue(cmd uint64, r request) uint64 {
+	s.t.Helper()
 	if err := s.c.CtrlSend(s.ctx, 0, cmd); err != nil {
 		s.t.Fatal(err)
 	}
@@ -101,7 +107,7 @@ func (s *session) ask(cmd uint64, r request) bool {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	return v == 1
+	return v
 }
 
 // peerPort is the child's data port for the session's transport (UCX serves on its own).
@@ -719,6 +725,46 @@ func testPeerHandles(t *testing.T, ct transport.ConnType) {
 	}
 	if _, err := s.c.PeerByRank(7); !errors.Is(err, status.ErrNotFound) {
 		t.Fatalf("unknown rank: %v", err)
+	}
+}
+
+func TestRegionChurnTwoProcesses(t *testing.T) { forEachTransportAndUCX(t, testRegionChurn) }
+
+// testRegionChurn: the peer process registers a region, this one writes it by key, the peer
+// checks the bytes and deregisters it, over and over (a server that registers a buffer per
+// request); every cycle works, and the first cycle's key, stale, reaches nothing.
+func testRegionChurn(t *testing.T, ct transport.ConnType) {
+	s := connect(t, ctrl.TCP, ct)
+	p := s.c.Peer("127.0.0.1", s.peerPort(), s.ct)
+	const off, n = 24 << 20, 4096
+	cycles := 1000
+	if testing.Short() {
+		cycles = 200
+	}
+	src := make([]byte, n)
+	var first uint64
+	for i := range cycles {
+		key := s.askValue(cmdRegister, request{Off: off, Len: n})
+		if i == 0 {
+			first = key
+		}
+		transporttest.Fill(src, uint32(i))
+		if err := p.Write(s.ctx, src, transport.Remote{Key: buffer.Key(key)}); err != nil {
+			t.Fatalf("cycle %d: write to region %d: %v", i, key, err)
+		}
+		if !s.ask(cmdCheck, request{Off: off, Len: n, Seed: uint32(i)}) {
+			t.Fatalf("cycle %d: the peer's region differs", i)
+		}
+		if !s.ask(cmdDereg, request{Off: key}) {
+			t.Fatalf("cycle %d: the peer could not deregister region %d", i, key)
+		}
+	}
+	transporttest.Fill(src, 7)
+	if err := p.Write(s.ctx, src, transport.Remote{Key: buffer.Key(first)}); !errors.Is(err, status.ErrNotFound) {
+		t.Fatalf("write with the first cycle's key: %v", err)
+	}
+	if !s.ask(cmdCheck, request{Off: off, Len: n, Seed: uint32(cycles - 1)}) {
+		t.Fatal("a stale key reached the peer's memory")
 	}
 }
 
