@@ -702,3 +702,33 @@ func TestLinkFaultsMidBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestReregisterSameMemory: the peer reads a buffer, the buffer is deregistered and registered
+// again (a pool's buffer per request), and the peer reads it again, over shared memory (the
+// target caches the regions it mapped) and TCP, many times; each read works.
+func TestReregisterSameMemory(t *testing.T) {
+	tg := spawnTarget(t, "127.0.0.1:0", P2P)
+	ctx := testCtx(t)
+	for _, k := range []transport.ConnType{transport.SHM, transport.TCP} {
+		t.Run(k.String(), func(t *testing.T) {
+			e := initiator(t, P2P, k)
+			mem := make([]byte, 8192+64)
+			registered = append(registered, mem)
+			addr, size := memory.AddrOf(mem[32:]), uint64(8192)
+			for i := range 30 {
+				if err := e.Register(addr, size); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.SendNotify(ctx, tg.id, Notify{Msg: fmt.Sprintf("pull %d %d", addr, size)}); err != nil {
+					t.Fatal(err)
+				}
+				if n := waitNotify(t, e, "pulled"); n.Msg != "pulled ok" {
+					t.Fatalf("cycle %d: the peer could not read the buffer registered again: %s", i, n.Msg)
+				}
+				if err := e.Deregister(ctx, addr); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
