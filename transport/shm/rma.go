@@ -468,14 +468,11 @@ func (ep *endpoint) Atomic(ctx context.Context, op buffer.AtomicOp, dst transpor
 		}
 		return old, nil
 	}
-	r, off, err := ep.resolve(ctx, dst, 8)
+	r, off, err := ep.enterResolved(ctx, dst, 8)
 	if err != nil {
 		return 0, err
 	}
 	if r.mem != nil {
-		if err := ep.enter(r); err != nil {
-			return 0, err
-		}
 		old, err := buffer.Atomic(r.mem, off, op, operand, compare)
 		exit(r)
 		if err != nil {
@@ -483,6 +480,7 @@ func (ep *endpoint) Atomic(ctx context.Context, op buffer.AtomicOp, dst transpor
 		}
 		return old, nil
 	}
+	exit(r) // no mapping: the target runs it, and checks the region itself
 	rep, err := ep.peer.request(ctx, ep.conn, linkReq{op: lopAtomic, aop: uint8(op), key: uint32(r.key), addr: off, length: 8,
 		operand: operand, compare: compare})
 	if err != nil {

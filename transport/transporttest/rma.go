@@ -280,6 +280,26 @@ func testStaleKey(t *testing.T, o Options) {
 	if err := write(ctx, p.RMA, []byte{4}, transport.Remote{Addr: again.Addr()}); err != nil || mem[0] != 4 {
 		t.Fatalf("by address after re-registration: %v, byte %d", err, mem[0])
 	}
+	// The same for an atomic and a write by address that come first after a re-registration
+	// (the region they may have cached for the address is the deregistered one).
+	for i, by := range []string{"atomic", "write"} {
+		if err := p.Table.Deregister(ctx, again); err != nil {
+			t.Fatal(err)
+		}
+		if again, err = p.Table.Register(mem); err != nil {
+			t.Fatal(err)
+		}
+		mem[8] = 0
+		var err error
+		if by == "atomic" {
+			_, err = p.RMA.Atomic(ctx, buffer.AtomicFetchAdd, transport.Remote{Addr: again.Addr() + 8}, 5, 0)
+		} else {
+			err = write(ctx, p.RMA, []byte{5}, transport.Remote{Addr: again.Addr() + 8})
+		}
+		if err != nil || mem[8] != 5 {
+			t.Fatalf("%s by address first after re-registration %d: %v, byte %d", by, i, err, mem[8])
+		}
+	}
 }
 
 // testChurn registers, reaches and deregisters a region over and over, as a server that
