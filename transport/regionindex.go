@@ -82,6 +82,18 @@ func (x *RegionIndex[R]) Overlapping(addr, size uint64) []R {
 	return out
 }
 
+// Len returns how many regions are cached.
+func (x *RegionIndex[R]) Len() int { return len(x.sorted) }
+
+// All returns every cached region, by address.
+func (x *RegionIndex[R]) All() []R {
+	out := make([]R, 0, len(x.sorted))
+	for _, e := range x.sorted {
+		out = append(out, e.r)
+	}
+	return out
+}
+
 // Remove forgets the region with key k and returns it.
 func (x *RegionIndex[R]) Remove(k buffer.Key) (R, bool) {
 	e := x.byKey[k]
@@ -98,10 +110,7 @@ func (x *RegionIndex[R]) Remove(k buffer.Key) (R, bool) {
 
 // Reset forgets every region and returns them.
 func (x *RegionIndex[R]) Reset() []R {
-	out := make([]R, 0, len(x.sorted))
-	for _, e := range x.sorted {
-		out = append(out, e.r)
-	}
+	out := x.All()
 	x.byKey, x.sorted = nil, nil
 	return out
 }

@@ -34,10 +34,11 @@ type peerRegion struct {
 type peerRegions struct {
 	version uint16 // the link's version: 3 checks slot generations
 
-	mu     sync.Mutex
-	index  transport.RegionIndex[*peerRegion] // guarded by mu
-	ctl    []byte                             // the target's control page, mapped; guarded by mu
-	closed bool                               // guarded by mu
+	sweepAt int // guarded by mu: the cache size at which add sweeps out deregistered regions
+	mu      sync.Mutex
+	index   transport.RegionIndex[*peerRegion] // guarded by mu
+	ctl     []byte                             // the target's control page, mapped; guarded by mu
+	closed  bool                               // guarded by mu
 
 	reqMu   sync.Mutex     // one request on the link at a time
 	ids     atomic.Uint64  // request ids
@@ -235,12 +236,27 @@ func (p *peerRegions) add(resp linkResp, fds []int) (*peerRegion, error) {
 		p.index.Remove(old.key)
 		stale = append(stale, old)
 	}
+	// Deregistered regions nobody touches again would stay cached, each holding a mapping of
+	// memory the target has freed: sweep them out whenever the cache has doubled since the
+	// last sweep (amortized, at most twice the live regions are kept).
+	if p.index.Len() >= p.sweepAt {
+		for _, old := range p.index.All() {
+			if old.stale() {
+				p.index.Remove(old.key)
+				stale = append(stale, old)
+			}
+		}
+		p.sweepAt = max(2*p.index.Len(), minSweep)
+	}
 	if err := p.index.Add(key, r.addr, r.size, r); err != nil {
 		r.unmap()
 		return nil, fmt.Errorf("shm: %w", err)
 	}
 	return r, nil
 }
+
+// minSweep is the smallest cache that add sweeps for deregistered regions.
+const minSweep = 64
 
 // stale says whether the target deregistered r (its control word says so; it may since have
 // gone to another region).

@@ -151,3 +151,40 @@ func TestLegacySlotsKept(t *testing.T) {
 		t.Fatalf("a deregistered region got a word: status %d", st)
 	}
 }
+
+// TestCacheForgetsDeregistered: regions the target registered on fresh memory, the peer
+// reached once and the target deregistered do not stay in the peer's cache (each would hold a
+// mapping of memory the target freed); the cache stays within twice the live regions.
+func TestCacheForgetsDeregistered(t *testing.T) {
+	p := transporttest.Options{New: newSHM, Addr: abstractName}.NewRMAPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 500 {
+		b, err := buffer.New(0, 4096, memory.CPU) // memfd-backed: the peer maps it
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := p.Table.RegisterBuffer(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		op, err := p.RMA.WriteAsync(ctx, []byte{byte(i)}, transport.Remote{Key: r.Key()})
+		if err == nil {
+			err = op.Wait(ctx)
+		}
+		if err != nil || b.Bytes()[0] != byte(i) {
+			t.Fatalf("region %d: %v", i, err)
+		}
+		if err := p.Table.Deregister(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close() // kept till the end: each region at its own address
+	}
+	ep := p.EP.(*endpoint)
+	ep.peer.mu.Lock()
+	n := ep.peer.index.Len()
+	ep.peer.mu.Unlock()
+	if n > minSweep {
+		t.Fatalf("the peer still caches %d regions, all deregistered", n)
+	}
+}
