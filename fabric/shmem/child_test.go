@@ -407,6 +407,18 @@ func collectives(ctx context.Context, w *World, h *Heap, me, n int) error {
 			return fmt.Errorf("team reduce: %d, want %d", got, want)
 		}
 	}
+	// Many teams over a heap's life (programs that split per phase): the 300th still works.
+	var last *Team
+	for i := range 300 {
+		if last, err = wt.SplitStrided(0, 1, n); err != nil {
+			return fmt.Errorf("team %d: %w", i, err)
+		}
+	}
+	for range 3 {
+		if err := last.Barrier(ctx); err != nil {
+			return fmt.Errorf("the 300th team's barrier: %w", err)
+		}
+	}
 	if err := wt.Barrier(ctx); err != nil {
 		return err
 	}

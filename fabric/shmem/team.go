@@ -14,13 +14,20 @@ import (
 // A team's flags live in its slot of every rank's private block: barrier arrival counters, one
 // per round of a dissemination barrier, then the arrival counter of a central barrier (used in
 // its first member's block).
+//
+// A slot is 128 bytes (the 12 words in two cache lines of their own), so a heap has room for
+// 16,352 teams over its life: teams are never destroyed, and programs that split per phase
+// make many. The private block's last 4 KiB are not slots (sleepersOff lies there).
 const (
-	teamSlots     = 64
-	slotSize      = privSize / teamSlots
+	slotSize      = 128
+	teamSlots     = int((privSize - 4096) / slotSize)
 	maxRounds     = 11 // 2^11 > 1024 ranks
 	flagsOffset   = 0
 	centralOffset = flagsOffset + maxRounds*8
 )
+
+// A slot holds its flags (a negative length here fails the build).
+var _ [slotSize - centralOffset - 8]byte
 
 // Team is a set of ranks that run collectives together (OpenSHMEM's teams). Methods of one team
 // must be called by all its members in the same order.
