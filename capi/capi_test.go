@@ -5,7 +5,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hmc-go/hmc/internal/childtest"
 )
 
 // TestCLibraryTwoProcesses builds libhmc.so, compiles the C example against include/hmc.h with cc, and
@@ -82,15 +83,8 @@ func smemLib(t *testing.T) (cc, dir, lib string, ctx context.Context) {
 	return cc, dir, lib, ctx
 }
 
-// freeAddr returns a loopback address no one listens on now.
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+// freeAddr returns a loopback address no one listens on now, for a rank process to bind.
+func freeAddr(t *testing.T) string { return childtest.FreeAddr(t) }
 
 // runRanks runs one command per rank (after the first, pausing first for it to serve the
 // store) and fails unless every one exits 0 having printed "OK ".

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/coord/store/storetest"
+	"github.com/hmc-go/hmc/internal/childtest"
 	"github.com/hmc-go/hmc/internal/etcdtest"
 	"github.com/hmc-go/hmc/internal/netnstest"
 	"github.com/hmc-go/hmc/memory"
@@ -99,14 +99,8 @@ func spawnTarget(t *testing.T, id, meta string) *target {
 	return tg
 }
 
-func freeID(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+// freeID is an id (an address) for a target process to serve on.
+func freeID(t *testing.T) string { return childtest.FreeAddr(t) }
 
 func initiator(t *testing.T, meta string, kinds ...transport.ConnType) *Engine {
 	t.Helper()

@@ -3,8 +3,12 @@ package childtest
 import (
 	"bufio"
 	"io"
+	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -48,4 +52,40 @@ func ParentSays() <-chan string {
 		}
 	}()
 	return said
+}
+
+// FreeAddr returns a loopback TCP address that nobody listens on now, for a child process to
+// bind. Its port lies below the kernel's ephemeral range: a port picked by listening on port 0
+// and closing comes from that range, where any process's next listener on port 0 or outgoing
+// connection may take it before the child binds it (tests in parallel packages do both all
+// the time).
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				low = v
+			}
+		}
+	}
+	const from = 10000
+	if low <= from+100 {
+		low = 65536 // an unusual range: any free port, as the kernel gives them
+	}
+	for range 200 {
+		port := from + rand.IntN(low-from)
+		if low == 65536 {
+			port = 0
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		addr := l.Addr().String()
+		_ = l.Close()
+		return addr
+	}
+	t.Fatal("no free loopback port below the ephemeral range")
+	return ""
 }
