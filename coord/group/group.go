@@ -586,10 +586,11 @@ func (g *Group) removal() {
 				continue
 			}
 			if live, err := g.st.RankLive(ctx, d.rank); err == nil && live {
-				g.log.Info("group: a reported death is of a past process: the rank is live again", "rank", d.rank)
 				g.mu.Lock()
 				delete(g.down, d.rank)
 				g.mu.Unlock()
+				// Logged once the mark is gone: whoever acts on the line finds the rank usable.
+				g.log.Info("group: a reported death is of a past process: the rank is live again", "rank", d.rank)
 				continue
 			}
 			dead = append(dead, d.rank)
