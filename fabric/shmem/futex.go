@@ -76,9 +76,9 @@ var (
 
 // yielder is one wait's yielding phase.
 type yielder struct {
-	start, end time.Time
-	used       bool // it yielded, none slow
-	stopped    bool
+	end     time.Time // when this wait stops yielding; zero before its first yield
+	used    bool      // it yielded, none slow
+	stopped bool
 }
 
 // yield yields once and says true, or says false when this wait should sleep instead.
@@ -87,12 +87,12 @@ func (y *yielder) yield() bool {
 		return false
 	}
 	now := time.Now()
-	if y.start.IsZero() {
+	if y.end.IsZero() {
 		if now.UnixNano() < yieldOffUntil.Load() {
 			y.stopped = true
 			return false
 		}
-		y.start, y.end = now, now.Add(yieldFor)
+		y.end = now.Add(yieldFor)
 	} else if now.After(y.end) {
 		y.stopped = true
 		return false

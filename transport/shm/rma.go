@@ -260,8 +260,11 @@ const minSweep = 64
 
 // stale says whether the target deregistered r (its control word says so; it may since have
 // gone to another region).
-func (r *peerRegion) stale() bool {
-	v := r.slot.Load()
+func (r *peerRegion) stale() bool { return r.staleAt(r.slot.Load()) }
+
+// staleAt says whether control word v (r's word, read now) marks r deregistered: dead, or on a
+// version-3 link given to another region since.
+func (r *peerRegion) staleAt(v uint64) bool {
 	return v&ctlDead != 0 || r.checkGen && genOf(v) != r.gen
 }
 
@@ -311,7 +314,7 @@ func errDeregistered(k buffer.Key) error {
 // enter marks an operation on r in flight in the target's control page, or reports the region
 // deregistered (then drops it). The caller calls exit after its copy.
 func (ep *endpoint) enter(r *peerRegion) error {
-	if v := r.slot.Add(1); v&ctlDead != 0 || r.checkGen && genOf(v) != r.gen {
+	if r.staleAt(r.slot.Add(1)) {
 		r.slot.Add(^uint64(0))
 		ep.peer.drop(r)
 		return errDeregistered(r.key)
