@@ -287,6 +287,8 @@ int hmc_trans_submit(uint64_t engine, const char *peer, int op, const uint64_t *
                      const char *notify_msg, uint64_t *batch);
 int hmc_trans_status(uint64_t engine, uint64_t batch, int *status);
 int hmc_trans_wait(uint64_t engine, uint64_t batch, int timeout_ms);
+/* Checks that peer is published (with metadata) and answers now (Mooncake's send_probe). */
+int hmc_trans_probe(uint64_t engine, const char *peer, int timeout_ms);
 /* A notification alone (Mooncake's sendNotifyByName). */
 int hmc_trans_notify(uint64_t engine, const char *peer, const char *msg, int timeout_ms);
 /* JSON about the engine, into buf (cap bytes; *len = its length, or the length needed with

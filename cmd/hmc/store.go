@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hmc-go/hmc/bench"
+	"github.com/hmc-go/hmc/coord/httpmeta"
 	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/internal/etcdproc"
 )
@@ -28,13 +29,14 @@ func storeCmd() *cobra.Command {
 }
 
 func storeServeCmd() *cobra.Command {
-	var listen, secretFile, cert, key, ca, metricsAddr string
+	var listen, httpAddr, secretFile, cert, key, ca, metricsAddr string
 	var world int
 	var linkTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Run an embedded config store until interrupted",
+		Short: "Run an embedded config store, or Mooncake's HTTP metadata server, until interrupted",
 		Example: `  hmc store serve --listen tcp://127.0.0.1:7000 --world 8
+  hmc store serve --http 127.0.0.1:8080      # Mooncake's HTTP metadata at http://127.0.0.1:8080/metadata
   hmc store serve --listen tcp://[::1]:7000 --secret-file job.secret
   hmc store serve --listen tcp://127.0.0.1:7000 --tls-cert store.pem --tls-key store.key --tls-ca ca.pem`,
 		Args: cobra.NoArgs,
@@ -54,6 +56,18 @@ func storeServeCmd() *cobra.Command {
 			cfg.TLS = tcfg
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if httpAddr != "" {
+				web, err := httpmeta.Listen(httpAddr, "/metadata")
+				if err != nil {
+					return err
+				}
+				defer web.Close()
+				fmt.Fprintln(cmd.OutOrStdout(), "serving", web.URL())
+				if !cmd.Flags().Changed("listen") {
+					<-ctx.Done() // the HTTP metadata server alone
+					return nil
+				}
+			}
 			m, stopMetrics, err := startMetrics(ctx, metricsAddr, cmd.ErrOrStderr())
 			if err != nil {
 				return err
@@ -74,6 +88,7 @@ func storeServeCmd() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&listen, "listen", "tcp://127.0.0.1:7000", "tcp://ip:port (IPv6 in brackets; port 0 picks one)")
+	fl.StringVar(&httpAddr, "http", "", "serve Mooncake's HTTP metadata protocol at http://ADDR/metadata (ip:port, port 0 picks one); alone unless --listen is given too")
 	fl.IntVar(&world, "world", 0, "world size for ranks (0: the first ranked client's)")
 	fl.StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics (rank events) at http://ADDR/metrics, e.g. 127.0.0.1:9100")
 	fl.StringVar(&secretFile, "secret-file", "", "demand this shared secret from every client (HMAC challenge)")

@@ -17,6 +17,7 @@ import (
 	"github.com/hmc-go/hmc/auth"
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/comm"
+	"github.com/hmc-go/hmc/coord/httpmeta"
 	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/fabric/internal/mesh"
 	"github.com/hmc-go/hmc/fabric/internal/rpc"
@@ -79,7 +80,8 @@ type Engine struct {
 	mesh    *mesh.Mesh
 	srv     *rpc.Server
 	client  *rpc.Client
-	kv      store.Client // nil in P2P mode
+	kv      store.Client     // a store's client (tcp://, etcd://); nil otherwise
+	web     *httpmeta.Client // an HTTP metadata server's client; nil otherwise
 	unwatch func()
 	rank    int // our slot in the store (-1 without one)
 
@@ -137,8 +139,14 @@ func ParseUniqueID(uid string) (string, int, error) {
 }
 
 // Create starts an engine named uniqueID (port 0 picks a free one: see UniqueID) with
-// metadata at metadataURL (tcp:// or etcd:// store, or P2P / "" for none).
+// metadata at metadataURL, in any form NormalizeMetadata takes: P2P / "" for none, tcp:// or
+// etcd:// (or Mooncake's bare host:port) for a store, http:// for Mooncake's HTTP metadata
+// server.
 func Create(ctx context.Context, metadataURL, uniqueID string, cfg Config) (_ *Engine, err error) {
+	metadataURL, err = NormalizeMetadata(metadataURL)
+	if err != nil {
+		return nil, err
+	}
 	def := DefaultConfig()
 	if cfg.Role == RoleNone {
 		cfg.Role = def.Role
@@ -174,6 +182,9 @@ func Create(ctx context.Context, metadataURL, uniqueID string, cfg Config) (_ *E
 		}
 	}
 	if e.mesh, err = mesh.New(e.table, mesh.Config{BindIP: host, Kinds: kinds, Transports: cfg.Transports, Auth: auth.Config{Secret: cfg.Secret}, Logger: e.log}); err != nil {
+		if slices.Contains(kinds, transport.RDMA) {
+			return nil, fmt.Errorf("trans: protocol rdma: %w (pass protocol \"tcp\", or set MC_FORCE_TCP=1 to make \"rdma\" mean tcp)", err)
+		}
 		return nil, fmt.Errorf("trans: %w", err)
 	}
 	if e.srv, err = rpc.Listen(uniqueID, e.handle, cfg.Timeout, cfg.Secret); err != nil {
@@ -181,7 +192,13 @@ func Create(ctx context.Context, metadataURL, uniqueID string, cfg Config) (_ *E
 	}
 	e.id = e.srv.Addr()
 	e.client = rpc.NewClient(cfg.Timeout, cfg.Secret)
-	if metadataURL != "" && metadataURL != P2P {
+	switch {
+	case metadataURL == P2P:
+	case strings.HasPrefix(metadataURL, "http://"), strings.HasPrefix(metadataURL, "https://"):
+		if err := e.openHTTP(ctx, metadataURL); err != nil {
+			return nil, err
+		}
+	default:
 		if err := e.openStore(ctx, metadataURL); err != nil {
 			return nil, err
 		}
@@ -214,7 +231,7 @@ func (e *Engine) openStore(ctx context.Context, url string) error {
 	e.rank = rank
 	e.unwatch = e.kv.WatchRankDown(e.rankDown)
 	h, _ := json.Marshal(e.hello()) // a hello always marshals
-	if err := e.kv.Set(ctx, "trans/engine/"+e.id, h); err != nil {
+	if err := e.kv.Set(ctx, engineKey(e.id), h); err != nil {
 		return fmt.Errorf("trans: publishing the card: %w", err)
 	}
 	return nil
@@ -438,6 +455,9 @@ func (e *Engine) peer(ctx context.Context, uid string) (*peer, error) {
 	if p != nil {
 		return p, nil
 	}
+	if err := e.published(ctx, uid); err != nil {
+		return nil, err
+	}
 	var h hello
 	if err := e.call(ctx, uid, "hello", nil, &h); err != nil {
 		return nil, err
@@ -518,6 +538,14 @@ func (e *Engine) Close() error {
 	}
 	if e.kv != nil {
 		errs = append(errs, e.kv.Close())
+	}
+	if e.web != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+		if err := e.web.Delete(ctx, httpPrefix+engineKey(e.id)); err != nil && !errors.Is(err, httpmeta.ErrNotFound) {
+			e.log.Warn("trans: could not withdraw this engine from the metadata server", "err", err) // peers find it dead
+		}
+		cancel()
+		e.web.Close()
 	}
 	if e.srv != nil {
 		errs = append(errs, e.srv.Close())

@@ -52,13 +52,16 @@ func kinds(p string) ([]transport.ConnType, error) {
 	if p == "" || p == "auto" {
 		return nil, nil
 	}
+	if p == "rdma" {
+		return trans.Protocol(p) // Mooncake's: UCX's RDMA transports, or TCP with MC_FORCE_TCP=1
+	}
 	var ks []transport.ConnType
 	for _, s := range strings.Split(p, ",") {
-		if s == "rdma" {
-			s = "ucx" // Mooncake's "rdma": UCX carries it here
-		}
 		k, err := transport.ParseConnType(s)
 		if err != nil {
+			if _, perr := trans.Protocol(s); perr != nil {
+				return nil, perr // names Mooncake's transports too, with the reason
+			}
 			return nil, err
 		}
 		ks = append(ks, k)
@@ -353,6 +356,18 @@ func hmc_trans_json(h C.uint64_t, what C.int, peer *C.char, buf *C.char, capacit
 		}
 		copy(unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(capacity)), doc)
 		return nil
+	})
+}
+
+// hmc_trans_probe checks that peer is published (with metadata) and answers now (Mooncake's
+// send_probe).
+//
+//export hmc_trans_probe
+func hmc_trans_probe(h C.uint64_t, peer *C.char, timeoutMS C.int) C.int {
+	return onEngine(h, func(en *engine) error {
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		return en.e.Probe(ctx, goString(peer))
 	})
 }
 

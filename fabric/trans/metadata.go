@@ -1,0 +1,133 @@
+package trans
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/hmc-go/hmc/coord/httpmeta"
+	"github.com/hmc-go/hmc/coord/store"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+// NormalizeMetadata maps a metadata server as Mooncake takes it onto the URL Create opens:
+// "" and P2PHANDSHAKE are P2P; "host:port" (no scheme, Mooncake's etcd form, several
+// comma-separated) is etcd://host:port; tcp://, etcd://, http:// and https:// stay as they are.
+// Other schemes (redis://, ...) are refused with the ones that work.
+func NormalizeMetadata(url string) (string, error) {
+	url = strings.TrimSpace(url)
+	if url == "" || url == P2P {
+		return P2P, nil
+	}
+	scheme, rest, ok := strings.Cut(url, "://")
+	if !ok {
+		return "etcd://" + url, nil
+	}
+	switch scheme {
+	case "tcp", "tcp6", "etcd", "http", "https":
+		if rest == "" {
+			return "", fmt.Errorf("trans: metadata server %q has no address: %w", url, status.ErrInvalidConfig)
+		}
+		return url, nil
+	}
+	return "", fmt.Errorf("trans: metadata server %q: scheme %q is not served here (P2PHANDSHAKE, host:port or etcd:// for etcd, "+
+		"tcp:// for the embedded store, http:// for Mooncake's HTTP metadata server): %w", url, scheme, status.ErrUnsupported)
+}
+
+// engineKey is where an engine is published: in a store (tcp://, etcd://) and on an HTTP
+// metadata server alike (docs/wire/metadata.md).
+func engineKey(uid string) string { return "trans/engine/" + uid }
+
+// httpPrefix is put before engineKey on an HTTP metadata server, which Mooncake's engines
+// share under mooncake/.
+const httpPrefix = "hmc/"
+
+// openHTTP publishes this engine on a Mooncake HTTP metadata server.
+func (e *Engine) openHTTP(ctx context.Context, url string) error {
+	c, err := httpmeta.NewClient(url, e.cfg.Timeout)
+	if err != nil {
+		return fmt.Errorf("trans: %w", err)
+	}
+	e.web = c
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
+	defer cancel()
+	h, _ := json.Marshal(e.hello()) // a hello always marshals
+	if err := c.Put(ctx, httpPrefix+engineKey(e.id), h); err != nil {
+		return fmt.Errorf("trans: publishing this engine on the metadata server: %w", err)
+	}
+	return nil
+}
+
+// published checks that uid is published in this engine's metadata (a store or an HTTP
+// server): a peer the metadata says nothing of fails at once with ErrNotFound, as in Mooncake.
+// A metadata server that cannot be asked does not stop the data plane: the peer is then asked
+// directly. In P2P mode every well-formed id passes.
+func (e *Engine) published(ctx context.Context, uid string) error {
+	var err error
+	switch {
+	case e.kv != nil:
+		if _, err = e.kv.Get(ctx, engineKey(uid), 0); errors.Is(err, store.ErrNotExist) {
+			return fmt.Errorf("trans: peer %s is not published in the metadata store: %w: %w", uid, status.ErrNotFound, err)
+		}
+	case e.web != nil:
+		if _, err = e.web.Get(ctx, httpPrefix+engineKey(uid)); errors.Is(err, httpmeta.ErrNotFound) {
+			return fmt.Errorf("trans: peer %s is not published on the metadata server: %w", uid, err)
+		}
+	}
+	if err != nil {
+		e.log.Debug("trans: metadata unreachable; asking the peer directly", "peer", uid, "err", err)
+	}
+	return nil
+}
+
+// Probe checks that peer is published (with metadata) and answers now, asking it afresh (not
+// a cached answer): Mooncake's send_probe.
+func (e *Engine) Probe(ctx context.Context, uid string) error {
+	ctx, cancel := e.bound(ctx)
+	defer cancel()
+	if _, _, err := ParseUniqueID(uid); err != nil {
+		return err
+	}
+	if err := e.published(ctx, uid); err != nil {
+		return err
+	}
+	var h hello
+	return e.call(ctx, uid, "hello", nil, &h)
+}
+
+// bound gives ctx the engine's timeout when it has no deadline.
+func (e *Engine) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, e.cfg.Timeout)
+}
+
+// Protocol turns a Mooncake protocol name into the transports an engine uses: "tcp" is TCP;
+// "rdma" is UCX's RDMA transports (a -tags ucx build on a host with an RDMA device), or TCP
+// when the environment sets MC_FORCE_TCP=1, Mooncake's own switch; "ucx" is UCX over any
+// device; "shm" is shared memory. Peers on this host use shared memory whatever the protocol.
+// Names of Mooncake transports that have no counterpart here ("efa", "nvlink", "ascend",
+// "cxl", ...) are refused with the reason.
+func Protocol(name string) ([]transport.ConnType, error) {
+	p := strings.ToLower(strings.TrimSpace(name))
+	if p == "rdma" && os.Getenv("MC_FORCE_TCP") == "1" {
+		p = "tcp"
+	}
+	switch p {
+	case "", "tcp":
+		return []transport.ConnType{transport.SHM, transport.TCP}, nil
+	case "rdma":
+		return []transport.ConnType{transport.SHM, transport.RDMA}, nil
+	case "ucx":
+		return []transport.ConnType{transport.SHM, transport.UCX}, nil
+	case "shm":
+		return []transport.ConnType{transport.SHM, transport.TCP}, nil
+	}
+	return nil, fmt.Errorf("trans: protocol %q is not served here (tcp, rdma, ucx or shm; peers on one host use shared memory "+
+		"whatever the protocol): %w", name, status.ErrUnsupported)
+}

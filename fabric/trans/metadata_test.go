@@ -1,0 +1,125 @@
+package trans
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/hmc-go/hmc/coord/httpmeta"
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+// Mooncake's HTTP metadata server: a target process publishes itself there, an initiator finds
+// and writes to it (bytes checked by the target), an unknown peer fails at once with
+// ErrNotFound, Probe tells the two apart, and a closed engine's key is gone.
+func TestHTTPMetadata(t *testing.T) {
+	srv, err := httpmeta.Listen("127.0.0.1:0", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	tg := spawnTarget(t, "127.0.0.1:0", srv.URL())
+	e := initiator(t, srv.URL(), transport.TCP)
+	ctx := testCtx(t)
+	if n := srv.Len(); n != 2 {
+		t.Fatalf("%d engines published, want 2", n)
+	}
+	batcher(t, ctx, e, tg, 64<<10)(1)
+	if err := e.Probe(ctx, tg.id); err != nil {
+		t.Fatalf("probe of the target: %v", err)
+	}
+	unknown := freeID(t)
+	src := make([]byte, 16)
+	if err := e.Write(ctx, unknown, memory.AddrOf(src), 4096, 16); !errors.Is(err, status.ErrNotFound) || !strings.Contains(err.Error(), "not published") {
+		t.Fatalf("write to an unpublished peer: %v", err)
+	}
+	if err := e.Probe(ctx, unknown); !errors.Is(err, status.ErrNotFound) {
+		t.Fatalf("probe of an unpublished peer: %v", err)
+	}
+	if err := e.Probe(ctx, "unreachable_peer:9"); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatalf("probe of a malformed id: %v", err)
+	}
+	e2, err := Create(ctx, srv.URL(), "127.0.0.1:0", DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := httpmeta.NewClient(srv.URL(), 0)
+	defer c.Close()
+	if _, err := c.Get(ctx, httpPrefix+engineKey(e2.UniqueID())); !errors.Is(err, httpmeta.ErrNotFound) {
+		t.Fatalf("a closed engine is still published: %v", err)
+	}
+	if _, err := c.Get(ctx, httpPrefix+engineKey(e.UniqueID())); err != nil {
+		t.Fatalf("a live engine is not published: %v", err)
+	}
+}
+
+func TestNormalizeMetadata(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                               "P2PHANDSHAKE",
+		"P2PHANDSHAKE":                   "P2PHANDSHAKE",
+		"127.0.0.1:2379":                 "etcd://127.0.0.1:2379",
+		"10.0.0.1:2379,10.0.0.2:2379":    "etcd://10.0.0.1:2379,10.0.0.2:2379",
+		"etcd://127.0.0.1:2379":          "etcd://127.0.0.1:2379",
+		"tcp://127.0.0.1:7000":           "tcp://127.0.0.1:7000",
+		"http://127.0.0.1:8080/metadata": "http://127.0.0.1:8080/metadata",
+		"https://meta.example:443/m":     "https://meta.example:443/m",
+		" etcd://127.0.0.1:2379 ":        "etcd://127.0.0.1:2379",
+	} {
+		got, err := NormalizeMetadata(in)
+		if err != nil || got != want {
+			t.Errorf("NormalizeMetadata(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"redis://127.0.0.1:6379", "consul://x:1", "http://"} {
+		if _, err := NormalizeMetadata(in); err == nil {
+			t.Errorf("NormalizeMetadata(%q): no error", in)
+		}
+	}
+	if _, err := Create(context.Background(), "zookeeper://h:1", "127.0.0.1:0", DefaultConfig()); !errors.Is(err, status.ErrUnsupported) {
+		t.Errorf("Create on an unknown scheme: %v", err)
+	}
+}
+
+func TestProtocol(t *testing.T) {
+	t.Setenv("MC_FORCE_TCP", "")
+	for name, want := range map[string][]transport.ConnType{
+		"tcp":  {transport.SHM, transport.TCP},
+		"TCP":  {transport.SHM, transport.TCP},
+		"rdma": {transport.SHM, transport.RDMA},
+		"ucx":  {transport.SHM, transport.UCX},
+	} {
+		got, err := Protocol(name)
+		if err != nil || len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+			t.Errorf("Protocol(%q) = %v, %v; want %v", name, got, err, want)
+		}
+	}
+	for _, name := range []string{"efa", "nvlink", "ascend", "cxl", "xgmi"} {
+		if _, err := Protocol(name); !errors.Is(err, status.ErrUnsupported) || !strings.Contains(err.Error(), "tcp, rdma") {
+			t.Errorf("Protocol(%q): %v", name, err)
+		}
+	}
+	t.Setenv("MC_FORCE_TCP", "1")
+	if got, _ := Protocol("rdma"); got[1] != transport.TCP {
+		t.Errorf("rdma with MC_FORCE_TCP=1: %v", got)
+	}
+	os.Unsetenv("MC_FORCE_TCP")
+	// Without an RDMA device (or UCX in the build) "rdma" fails at Create, saying how to pick tcp.
+	ks, _ := Protocol("rdma")
+	cfg := DefaultConfig()
+	cfg.Kinds = ks
+	e, err := Create(context.Background(), P2P, "127.0.0.1:0", cfg)
+	if err == nil {
+		_ = e.Close()
+		t.Skip("this host has an RDMA device and a UCX build: rdma came up")
+	}
+	if !strings.Contains(err.Error(), "MC_FORCE_TCP=1") || !strings.Contains(err.Error(), `"tcp"`) {
+		t.Fatalf("rdma without a device: %v", err)
+	}
+}
