@@ -247,29 +247,37 @@ func smem_trans_batch_read(p unsafe.Pointer, locals *unsafe.Pointer, peer *C.cha
 	return transfer(p, trans.Read, peer, locals, remotes, sizes, n)
 }
 
-// noStream is the error of the _submit forms: upstream enqueues them on an Ascend ACL stream.
-func noStream() C.int32_t {
-	return code(fmt.Errorf("smem: the _submit transfers enqueue on an Ascend stream, which this host has none of; use the synchronous forms: %w", status.ErrUnsupported))
+// submit is the _submit forms: upstream enqueues the transfer on the caller's Ascend ACL
+// stream. With no stream (NULL) there is nothing to order after, and the transfer runs at once
+// and is complete on return; a stream, which no host here has, is refused with the reason.
+func submit(stream unsafe.Pointer, p unsafe.Pointer, op trans.Opcode, peer *C.char, locals, remotes *unsafe.Pointer, sizes *C.size_t, n C.uint32_t) C.int32_t {
+	if stream != nil {
+		return code(fmt.Errorf("smem: the _submit transfers were given stream %p: they enqueue on an Ascend ACL stream, which this host "+
+			"has none of; pass no stream (0) to run them at once, or use the synchronous forms: %w", stream, status.ErrUnsupported))
+	}
+	return transfer(p, op, peer, locals, remotes, sizes, n)
 }
 
 //export smem_trans_write_submit
 func smem_trans_write_submit(p, src unsafe.Pointer, peer *C.char, dst unsafe.Pointer, size C.size_t, stream unsafe.Pointer, flags C.uint32_t) C.int32_t {
-	return noStream()
+	l, r, s := src, dst, size
+	return submit(stream, p, trans.Write, peer, &l, &r, &s, 1)
 }
 
 //export smem_trans_read_submit
 func smem_trans_read_submit(p, local unsafe.Pointer, peer *C.char, remote unsafe.Pointer, size C.size_t, stream unsafe.Pointer, flags C.uint32_t) C.int32_t {
-	return noStream()
+	l, r, s := local, remote, size
+	return submit(stream, p, trans.Read, peer, &l, &r, &s, 1)
 }
 
 //export smem_trans_batch_write_submit
 func smem_trans_batch_write_submit(p unsafe.Pointer, srcs *unsafe.Pointer, peer *C.char, dsts *unsafe.Pointer, sizes *C.size_t, n C.uint32_t, stream unsafe.Pointer, flags C.uint32_t) C.int32_t {
-	return noStream()
+	return submit(stream, p, trans.Write, peer, srcs, dsts, sizes, n)
 }
 
 //export smem_trans_batch_read_submit
 func smem_trans_batch_read_submit(p unsafe.Pointer, locals *unsafe.Pointer, peer *C.char, remotes *unsafe.Pointer, sizes *C.size_t, n C.uint32_t, stream unsafe.Pointer, flags C.uint32_t) C.int32_t {
-	return noStream()
+	return submit(stream, p, trans.Read, peer, locals, remotes, sizes, n)
 }
 
 // ---- smem_shm ----

@@ -1,6 +1,6 @@
 /* memfabric_hybrid's transfer engine API (smem_trans.h) on HMC-Go's fabric/trans. Registration
  * is usable at once (no 8 s sleep) and takes exact ranges; deregistration is real; the
- * _submit forms need an Ascend stream and return SM_ERROR (use the synchronous forms). */
+ * _submit forms run at once when given no stream (NULL) and refuse a stream (no Ascend ACL streams here). */
 #ifndef HMC_SMEM_TRANS_H
 #define HMC_SMEM_TRANS_H
 
