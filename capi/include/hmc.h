@@ -291,6 +291,8 @@ int hmc_trans_wait(uint64_t engine, uint64_t batch, int timeout_ms);
 int hmc_trans_probe(uint64_t engine, const char *peer, int timeout_ms);
 /* A notification alone (Mooncake's sendNotifyByName). */
 int hmc_trans_notify(uint64_t engine, const char *peer, const char *msg, int timeout_ms);
+/* The same with the sender's name given (NULL or "": this engine's unique id). */
+int hmc_trans_notify_as(uint64_t engine, const char *peer, const char *name, const char *msg, int timeout_ms);
 /* JSON about the engine, into buf (cap bytes; *len = its length, or the length needed with
  * INVALID_CONFIG): what 0 = notifications received since the last call [{"name","msg"}],
  * 1 = the peer's registered buffers [{"Addr","Size"}], 2 = this engine's. */

@@ -9,10 +9,12 @@
 // run over shared memory to peers on this host and TCP (or UCX) to others, one-sidedly: the
 // peer's application takes no part. A completed write is visible in the peer's memory.
 //
-// Metadata: an embedded store (tcp://), etcd (etcd://), or none at all (P2PHANDSHAKE or "":
-// peers are asked for their card over their request socket, as Mooncake's P2P handshake). With
-// a store, each engine takes a stable slot by its unique id and publishes its card; a peer
-// whose store link dies is dropped at once. Either way a peer that fails a transfer is
+// Metadata: an embedded store (tcp://), etcd (etcd://, or Mooncake's bare host:port), Mooncake's
+// HTTP metadata server (http://host:port/path), or none at all (P2PHANDSHAKE or "": peers are
+// asked for their card over their request socket, as Mooncake's P2P handshake). With a store,
+// each engine takes a stable slot by its unique id and publishes its card; a peer whose store
+// link dies is dropped at once. With metadata, a peer it does not list fails at once with
+// status.ErrNotFound (docs/wire/metadata.md). Protocol maps Mooncake's protocol names. Either way a peer that fails a transfer is
 // forgotten, so when it restarts under the same id the next transfer reaches the new process.
 //
 // Deliberate differences from upstream: registration takes the exact range (upstream rounds to

@@ -13,10 +13,11 @@ import ctypes
 from enum import IntEnum
 
 from ._lib import LIB as _L
+from ._lib import ForkError
 
 __all__ = [
     "Status", "MemoryType", "ConnType", "HMCError", "HMCStatusError", "IOBuffer", "Session",
-    "create_session", "memory_supported", "debug_stacks",
+    "create_session", "memory_supported", "debug_stacks", "ForkError",
 ]
 
 DEFAULT_TIMEOUT = 60.0

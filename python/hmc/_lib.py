@@ -1,7 +1,12 @@
-"""Loading libhmc.so and declaring its functions (ctypes; the GIL is released during calls)."""
+"""Loading libhmc.so and declaring its functions (ctypes; the GIL is released during calls).
+
+The library loads at the first call that needs it, not at import: the Go runtime it starts does
+not survive fork, so a script may import the packages, fork workers, and use the library in
+each. A child forked after the library loaded gets ForkError from every call."""
 
 import ctypes
 import os
+import threading
 
 _u64, _u32, _u16, _int = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint16, ctypes.c_int
 _str, _ptr = ctypes.c_char_p, ctypes.c_void_p
@@ -64,6 +69,8 @@ _SIGNATURES = {
     "hmc_trans_status": ([_u64, _u64, ctypes.POINTER(_int)], _int),
     "hmc_trans_wait": ([_u64, _u64, _int], _int),
     "hmc_trans_notify": ([_u64, _str, _str, _int], _int),
+    "hmc_trans_notify_as": ([_u64, _str, _str, _str, _int], _int),
+    "hmc_trans_probe": ([_u64, _str, _int], _int),
     "hmc_trans_json": ([_u64, _int, _str, _ptr, _u64, _pu64, _int], _int),
     "hmc_buffer_size": ([_u64], _u64),
     "hmc_buffer_ptr": ([_u64], _u64),
@@ -87,12 +94,79 @@ def _find():
     return "libhmc.so"  # the dynamic loader's search path
 
 
-def load():
-    lib = ctypes.CDLL(_find())  # CDLL (not PyDLL): calls release the GIL
-    for name, (args, res) in _SIGNATURES.items():
+class ForkError(RuntimeError):
+    """A call into the library from a child of the process that loaded it: the Go runtime (its
+    threads, its network poller) did not survive fork, so nothing the library holds works
+    there."""
+
+
+_extra = {}       # signatures other packages declare (memfabric_hybrid's smem_*)
+_lock = threading.Lock()
+_loaded = None    # the CDLL, once loaded
+_loaded_pid = 0   # the process that loaded it
+_forked = False   # set in a child forked after loading
+
+
+def declare(signatures):
+    """Adds name: (argtypes, restype) pairs to set on the library when it loads (at once if
+    it has loaded already)."""
+    with _lock:
+        _extra.update(signatures)
+        if _loaded is not None:
+            _apply(_loaded, signatures)
+
+
+def _apply(lib, signatures):
+    for name, (args, res) in signatures.items():
         f = getattr(lib, name)
         f.argtypes, f.restype = args, res
-    return lib
+
+
+def _after_fork_in_child():
+    global _forked
+    if _loaded is not None:
+        _forked = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def fork_error():
+    """The error every call raises in a child of the process that loaded the library."""
+    return ForkError(f"libhmc.so was loaded in pid {_loaded_pid} before fork (this is pid {os.getpid()}): "
+                     "create engines after fork, or use the spawn start method "
+                     "(multiprocessing.set_start_method('spawn'))")
+
+
+def load():
+    """The library, loaded on first use (importing the packages does not start the Go
+    runtime); in a child forked after loading it raises ForkError."""
+    global _loaded, _loaded_pid
+    if _forked:
+        raise fork_error()
+    if _loaded is not None:
+        return _loaded
+    with _lock:
+        if _loaded is None:
+            lib = ctypes.CDLL(_find())  # CDLL (not PyDLL): calls release the GIL
+            _apply(lib, _SIGNATURES)
+            _apply(lib, _extra)
+            _loaded_pid = os.getpid()
+            _loaded = lib
+    return _loaded
+
+
+def is_loaded():
+    """Whether this process has loaded the library (a forked child's inherited copy counts)."""
+    return _loaded is not None
+
+
+class _Lazy:
+    """Stands for the library: the first attribute looked up loads it."""
+
+    def __getattr__(self, name):
+        return getattr(load(), name)
 
 
 def loaded_path():
@@ -109,4 +183,4 @@ def loaded_path():
     return None
 
 
-LIB = load()
+LIB = _Lazy()

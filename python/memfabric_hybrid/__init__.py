@@ -21,7 +21,7 @@ from ._smem import b as _b
 __all__ = ["initialize", "uninitialize", "set_log_level", "set_extern_logger", "get_last_err_msg",
            "get_and_clear_last_err_msg", "create_config_store", "set_conf_store_tls",
            "set_conf_store_tls_key", "get_include_path", "get_lib_path", "bm", "shm",
-           "TransferEngine", "TransferOpcode"]
+           "TransferEngine", "TransferOpcode", "TransDataOpType"]
 
 _logger_ref = None
 
@@ -60,7 +60,7 @@ def create_config_store(store_url):
     return _L.smem_create_config_store(_b(store_url))
 
 
-def set_conf_store_tls(enable, tls_info=""):
+def set_conf_store_tls(enable, tls_info):
     info = _b(tls_info or "")
     return _L.smem_set_conf_store_tls(bool(enable), info, len(info))
 
@@ -87,6 +87,7 @@ def get_include_path():
 
 def get_lib_path():
     """The directory of the library in use (libhmc.so, which is also libmf_smem.so)."""
+    _lib.load()
     path = _lib.loaded_path()
     if path is None:
         raise FileNotFoundError("memfabric_hybrid: cannot tell where libhmc.so was loaded from")
@@ -94,4 +95,4 @@ def get_lib_path():
 
 
 from . import bm, shm  # noqa: E402
-from .transfer import TransferEngine, TransferOpcode  # noqa: E402
+from .transfer import TransDataOpType, TransferEngine, TransferOpcode  # noqa: E402

@@ -3,6 +3,7 @@ library (libhmc.so, which is also libmf_smem.so), one Go runtime per process."""
 
 import ctypes
 
+from hmc import _lib
 from hmc._lib import LIB as L
 
 _u8, _u16, _u32, _u64, _i32, _int = ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32, ctypes.c_int
@@ -101,11 +102,13 @@ _SIGNATURES = {
     "smem_trans_batch_write": ([_ptr, ctypes.POINTER(_ptr), _str, ctypes.POINTER(_ptr), ctypes.POINTER(_size), _u32, _u32], _i32),
     "smem_trans_read": ([_ptr, _ptr, _str, _ptr, _size, _u32], _i32),
     "smem_trans_batch_read": ([_ptr, ctypes.POINTER(_ptr), _str, ctypes.POINTER(_ptr), ctypes.POINTER(_size), _u32, _u32], _i32),
+    "smem_trans_write_submit": ([_ptr, _ptr, _str, _ptr, _size, _ptr, _u32], _i32),
+    "smem_trans_read_submit": ([_ptr, _ptr, _str, _ptr, _size, _ptr, _u32], _i32),
+    "smem_trans_batch_write_submit": ([_ptr, ctypes.POINTER(_ptr), _str, ctypes.POINTER(_ptr), ctypes.POINTER(_size), _u32, _ptr, _u32], _i32),
+    "smem_trans_batch_read_submit": ([_ptr, ctypes.POINTER(_ptr), _str, ctypes.POINTER(_ptr), ctypes.POINTER(_size), _u32, _ptr, _u32], _i32),
 }
 
-for _name, (_args, _res) in _SIGNATURES.items():
-    _f = getattr(L, _name)
-    _f.argtypes, _f.restype = _args, _res
+_lib.declare(_SIGNATURES)  # set when the library loads, at the first call
 
 
 def b(s):

@@ -62,8 +62,8 @@ class ShareMemory:
     def gva(self):
         return self._gva
 
-    def set_context(self, ctx):
-        data = bytes(ctx)
+    def set_context(self, context):
+        data = bytes(context)
         buf = ctypes.create_string_buffer(data, len(data))
         return _L.smem_shm_set_extra_context(self._h, buf, len(data))
 
@@ -73,10 +73,10 @@ class ShareMemory:
     def barrier(self):
         return _L.smem_shm_control_barrier(self._h)
 
-    def all_gather(self, data):
+    def all_gather(self, local_data):
         """Every rank's bytes (all the same length), in rank order; RuntimeError on failure
         (upstream drops the error)."""
-        data = bytes(data)
+        data = bytes(local_data)
         out = ctypes.create_string_buffer(len(data) * self._size)
         rc = _L.smem_shm_control_allgather(self._h, data, len(data), out, len(out))
         if rc != 0:

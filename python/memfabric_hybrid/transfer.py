@@ -1,4 +1,13 @@
-"""memfabric_hybrid's TransferEngine (upstream's _pymf_transfer / mf_adapter names)."""
+"""memfabric_hybrid's TransferEngine: upstream's _pymf_transfer module (also shipped as the
+mf_adapter package), with its names, argument order and keyword names.
+
+Upstream moves data with the Ascend NPU's engines (SDMA, device RDMA); here host memory moves
+over shared memory (peers on this host), TCP or UCX, whatever data_op_type says. The four
+``*_submit`` forms enqueue on an Ascend ACL stream upstream: given no stream (0 or None) they run
+at once and are complete on return; given a stream they return -1, the reason in
+``memfabric_hybrid.get_last_err_msg()``. Every call returns 0 or a negative error code, as
+upstream's.
+"""
 
 import os
 import socket
@@ -8,40 +17,100 @@ from . import _smem
 from ._smem import L as _L
 from ._smem import b as _b
 
+__all__ = ["TransferEngine", "TransferOpcode", "TransDataOpType", "set_log_level", "create_config_store",
+           "set_conf_store_tls"]
+
+_U64 = 1 << 64
+
 
 class TransferOpcode(IntEnum):
     Read = 0
     Write = 1
 
 
+Read = TransferOpcode.Read  # upstream exports the values into the module
+Write = TransferOpcode.Write
+
+
 class TransDataOpType(IntEnum):
+    """How upstream moves data (smem_bm_data_op_type); on this host every value moves host
+    memory with the host transports."""
     SDMA = 1
-    DEVICE_RDMA = 8
     HOST_RDMA = 2
     HOST_TCP = 4
+    DEVICE_RDMA = 8
 
 
-_ROLES = {"Prefill": 1, "Decode": 2, "prefill": 1, "decode": 2, "Sender": 1, "Receiver": 2}
+SDMA = TransDataOpType.SDMA
+DEVICE_RDMA = TransDataOpType.DEVICE_RDMA
+
+_ROLES = {"Prefill": 1, "Decode": 2}
+
+
+def _u64(name, v):
+    if isinstance(v, bool) or not isinstance(v, int):
+        try:
+            v = v.__index__()
+        except AttributeError:
+            raise TypeError(f"{name} must be an int, not {type(v).__name__}") from None
+    if v < 0 or v >= _U64:
+        raise ValueError(f"{name} must be in 0..{_U64 - 1}, got {v}")
+    return v
+
+
+def _u64s(name, vals):
+    if isinstance(vals, (str, bytes)) or not hasattr(vals, "__len__"):
+        raise TypeError(f"{name} must be a list, not {type(vals).__name__}")
+    return [_u64(f"{name}[{i}]", v) for i, v in enumerate(vals)]
+
+
+def _stream(stream):
+    """0 for no stream, else the stream's value (refused by the library with the reason)."""
+    return 0 if stream is None else _u64("stream", stream)
+
+
+def set_log_level(level):
+    return _L.smem_set_log_level(int(level))
+
+
+def create_config_store(store_url):
+    return _L.smem_create_config_store(_b(store_url))
+
+
+def set_conf_store_tls(enable, tls_info):
+    info = _b(tls_info or "")
+    return _L.smem_set_conf_store_tls(bool(enable), info, len(info))
 
 
 class TransferEngine:
+    """upstream's TransferEngine (TransferAdapterPy)."""
+
+    TransferOpcode = TransferOpcode
+    TransDataOpType = TransDataOpType
+
     def __init__(self):
         self._h = None
         self._rpc = None
 
-    def initialize(self, store_url, session_id, role, device_id=0, data_op_type=TransDataOpType.HOST_TCP):
-        """role "Prefill" (sender) or "Decode" (receiver); store_url falls back to
-        ASCEND_MF_STORE_URL. Upstream's default data op (SDMA) needs Ascend hardware: host
-        transports are used. Returns 0, or -1 with get_last_err_msg() set."""
+    def initialize(self, store_url, session_id, role, device_id, data_op_type=TransDataOpType.SDMA):
+        """Starts the engine named session_id ("ip:port") on the config store at store_url
+        (ASCEND_MF_STORE_URL when empty); role "Prefill" (sender) or "Decode" (receiver).
+        device_id and data_op_type are accepted (host memory, host transports here). Returns
+        0, or -1 with get_last_err_msg() set."""
         url = store_url or os.environ.get("ASCEND_MF_STORE_URL", "")
         if role not in _ROLES:
-            return -1
+            raise ValueError(f"role must be 'Prefill' or 'Decode', got {role!r}")
+        _u64("device_id", device_id)
+        TransDataOpType(int(data_op_type))  # ValueError for a value upstream does not have
         cfg = _smem.TransConfigC()
         _L.smem_trans_config_init(cfg)
         cfg.role = _ROLES[role]
         cfg.deviceId = int(device_id)
-        op = int(data_op_type)
-        cfg.dataOpType = op if op in (2, 4) else 4
+        cfg.dataOpType = int(TransDataOpType.HOST_TCP)
+        if self._rpc is not None and str(session_id).rsplit(":", 1)[-1] == str(self._rpc.getsockname()[1]):
+            # get_rpc_port's port named in session_id: the engine serves on it now
+            self._rpc.close()
+            self._rpc = None
         h = _L.smem_trans_create(_b(url), _b(session_id), cfg)
         if not h:
             return -1
@@ -49,7 +118,8 @@ class TransferEngine:
         return 0
 
     def get_rpc_port(self):
-        """A free TCP port in 15000..25000, kept bound for the caller's own RPC (as upstream)."""
+        """A free TCP port in 15000..25000, held until initialize is given a session id with it
+        (then the engine serves on it), as upstream's."""
         if self._rpc is None:
             for port in range(15000, 25000):
                 s = socket.socket()
@@ -63,34 +133,53 @@ class TransferEngine:
         return self._rpc.getsockname()[1] if self._rpc else -1
 
     def register_memory(self, buffer_addr, capacity):
-        return _L.smem_trans_register_mem(self._h, int(buffer_addr), int(capacity), 0)
+        return _L.smem_trans_register_mem(self._h, _u64("buffer_addr", buffer_addr), _u64("capacity", capacity), 0)
 
     def batch_register_memory(self, buffer_addrs, capacities):
-        if len(buffer_addrs) != len(capacities) or not buffer_addrs:
+        addrs, caps = _u64s("buffer_addrs", buffer_addrs), _u64s("capacities", capacities)
+        if len(addrs) != len(caps) or not addrs or len(addrs) > 1 << 20:
             return -1
-        return _L.smem_trans_batch_register_mem(self._h, _smem.ptrs(buffer_addrs), _smem.sizes(capacities),
-                                                len(capacities), 0)
+        return _L.smem_trans_batch_register_mem(self._h, _smem.ptrs(addrs), _smem.sizes(caps), len(caps), 0)
 
     def unregister_memory(self, buffer_addr):
-        return _L.smem_trans_deregister_mem(self._h, int(buffer_addr))
+        return _L.smem_trans_deregister_mem(self._h, _u64("buffer_addr", buffer_addr))
+
+    def _one(self, fn, dest_session, buffer, peer_buffer, length, flags, *stream):
+        return fn(self._h, _u64("buffer", buffer), _b(dest_session), _u64("peer_buffer", peer_buffer),
+                  _u64("length", length), *stream, int(flags))
+
+    def _many(self, fn, dest_session, buffers, peer_buffers, lengths, flags, *stream):
+        locs, rems, lens = _u64s("buffers", buffers), _u64s("peer_buffers", peer_buffers), _u64s("lengths", lengths)
+        if not (len(locs) == len(rems) == len(lens)) or not locs:
+            return -1
+        return fn(self._h, _smem.ptrs(locs), _b(dest_session), _smem.ptrs(rems), _smem.sizes(lens), len(lens), *stream,
+                  int(flags))
 
     def transfer_sync_write(self, dest_session, buffer, peer_buffer, length, flags=0):
-        return _L.smem_trans_write(self._h, int(buffer), _b(dest_session), int(peer_buffer), int(length), flags)
+        return self._one(_L.smem_trans_write, dest_session, buffer, peer_buffer, length, flags)
 
     def transfer_sync_read(self, dest_session, buffer, peer_buffer, length, flags=0):
-        return _L.smem_trans_read(self._h, int(buffer), _b(dest_session), int(peer_buffer), int(length), flags)
+        return self._one(_L.smem_trans_read, dest_session, buffer, peer_buffer, length, flags)
 
     def batch_transfer_sync_write(self, dest_session, buffers, peer_buffers, lengths, flags=0):
-        if not (len(buffers) == len(peer_buffers) == len(lengths)) or not buffers:
-            return -1
-        return _L.smem_trans_batch_write(self._h, _smem.ptrs(buffers), _b(dest_session), _smem.ptrs(peer_buffers),
-                                         _smem.sizes(lengths), len(lengths), flags)
+        return self._many(_L.smem_trans_batch_write, dest_session, buffers, peer_buffers, lengths, flags)
 
     def batch_transfer_sync_read(self, dest_session, buffers, peer_buffers, lengths, flags=0):
-        if not (len(buffers) == len(peer_buffers) == len(lengths)) or not buffers:
-            return -1
-        return _L.smem_trans_batch_read(self._h, _smem.ptrs(buffers), _b(dest_session), _smem.ptrs(peer_buffers),
-                                        _smem.sizes(lengths), len(lengths), flags)
+        return self._many(_L.smem_trans_batch_read, dest_session, buffers, peer_buffers, lengths, flags)
+
+    def transfer_async_write_submit(self, dest_session, buffer, peer_buffer, length, stream, flags=0):
+        return self._one(_L.smem_trans_write_submit, dest_session, buffer, peer_buffer, length, flags, _stream(stream))
+
+    def transfer_async_read_submit(self, dest_session, buffer, peer_buffer, length, stream, flags=0):
+        return self._one(_L.smem_trans_read_submit, dest_session, buffer, peer_buffer, length, flags, _stream(stream))
+
+    def batch_transfer_async_write_submit(self, dest_session, buffers, peer_buffers, lengths, stream, flags=0):
+        return self._many(_L.smem_trans_batch_write_submit, dest_session, buffers, peer_buffers, lengths, flags,
+                          _stream(stream))
+
+    def batch_transfer_async_read_submit(self, dest_session, buffers, peer_buffers, lengths, stream, flags=0):
+        return self._many(_L.smem_trans_batch_read_submit, dest_session, buffers, peer_buffers, lengths, flags,
+                          _stream(stream))
 
     def destroy(self):
         if self._h:
@@ -100,4 +189,5 @@ class TransferEngine:
             self._rpc.close()
             self._rpc = None
 
-    unInitialize = destroy
+    def unInitialize(self):
+        self.destroy()

@@ -371,6 +371,18 @@ func hmc_trans_probe(h C.uint64_t, peer *C.char, timeoutMS C.int) C.int {
 	})
 }
 
+// hmc_trans_notify_as delivers a notification with a sender name of the caller's choosing
+// (Mooncake's TransferNotify{name, msg}; NULL or "": this engine's unique id).
+//
+//export hmc_trans_notify_as
+func hmc_trans_notify_as(h C.uint64_t, peer, name, msg *C.char, timeoutMS C.int) C.int {
+	return onEngine(h, func(en *engine) error {
+		ctx, cancel := deadline(timeoutMS)
+		defer cancel()
+		return en.e.SendNotify(ctx, goString(peer), trans.Notify{Name: goString(name), Msg: goString(msg)})
+	})
+}
+
 // hmc_trans_notify delivers a notification to peer on its own (Mooncake's sendNotifyByName).
 //
 //export hmc_trans_notify

@@ -1,0 +1,231 @@
+"""Mooncake's TransferEngine contract, as Mooncake's own wheel tests and its users exercise it:
+`from mooncake.engine import TransferEngine` (HMC-Go's, through hmc.compat) in this process
+against a target process (mc_target.py), under P2PHANDSHAKE, etcd (bare host:port, Mooncake's
+form) and Mooncake's HTTP metadata server (`hmc store serve --http`). Written here from what
+those tests do, not copied."""
+import os
+import random
+import string
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import HERE, free_port
+
+METAS = ["p2p", "etcd", "http"]
+
+
+def pattern(n, seed):
+    return bytes((i * 7 + seed) % 256 for i in range(n))
+
+
+def rand_bytes(n):
+    return "".join(random.choices(string.ascii_letters + string.digits + string.punctuation, k=n)).encode()
+
+
+class Side:
+    """The initiator (this process) and a target process on one metadata server."""
+
+    def __init__(self, kind, request):
+        from mooncake.engine import TransferEngine
+        self.kind = kind
+        if kind == "p2p":
+            self.meta, tname, iname = "P2PHANDSHAKE", "127.0.0.1", "127.0.0.1"
+        else:
+            self.meta = request.getfixturevalue("etcd_meta" if kind == "etcd" else "http_meta")
+            tname, iname = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([request.getfixturevalue("compat_dir"), os.path.join(HERE, "..")]))
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "mc_target.py"), self.meta, tname, "tcp"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        line = self.proc.stdout.readline().split()
+        assert line[:1] == ["READY"], line
+        self.target, self.remote = line[1], int(line[2])
+        self.te = TransferEngine()
+        assert self.te.initialize(iname, self.meta, "tcp", "") == 0, self.te.last_error
+        self.name = iname if kind != "p2p" else f"127.0.0.1:{self.te.get_rpc_port()}"
+        # Mooncake's initiator test: its own first buffer, else a managed one.
+        self.local = self.te.get_first_buffer_address(self.name)
+        if self.local == 0:
+            self.local = self.te.allocate_managed_buffer(64 << 20)
+        assert self.local != 0, self.te.last_error
+
+    def wait_notify(self, want, timeout=20):
+        end = time.time() + timeout
+        while time.time() < end:
+            for n in self.te.get_notifies():
+                assert n.name == self.target, n
+                return n.msg
+            time.sleep(0.001)
+        raise AssertionError(f"no notification ({want})")
+
+    def close(self):
+        self.te.send_notify(self.target, "exit")
+        try:
+            self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        assert self.te.destroy() == 0
+
+
+@pytest.fixture(scope="module", params=METAS)
+def side(request, compat_dir):
+    s = Side(request.param, request)
+    yield s
+    s.close()
+
+
+def test_random_write_read_round_trips(side):
+    te, target, src, dst = side.te, side.target, side.local, side.remote
+    for i in range(300):
+        data = rand_bytes(random.randint(16, 256))
+        assert te.write_bytes_to_buffer(src, data, len(data)) == 0, te.last_error
+        assert te.transfer_sync_write(target, src, dst, len(data)) == 0, (i, te.last_error)
+        assert te.write_bytes_to_buffer(src, bytes(len(data)), len(data)) == 0
+        assert te.transfer_sync_read(target, src, dst, len(data)) == 0, (i, te.last_error)
+        assert te.read_bytes_from_buffer(src, len(data)) == data, i
+
+
+def _pieces(side, n=100, step=1024):
+    return ([side.local + i * step for i in range(n)], [side.remote + i * step for i in range(n)])
+
+
+def test_batch_sync_write_read(side):
+    te, target = side.te, side.target
+    srcs, dsts = _pieces(side)
+    for r in range(3):
+        data = [rand_bytes(random.randint(32, 128)) for _ in srcs]
+        lens = [len(d) for d in data]
+        for a, d in zip(srcs, data):
+            assert te.write_bytes_to_buffer(a, d, len(d)) == 0
+        assert te.batch_transfer_sync_write(target, srcs, dsts, lens) == 0, te.last_error
+        for a, n in zip(srcs, lens):
+            assert te.write_bytes_to_buffer(a, bytes(n), n) == 0
+        assert te.batch_transfer_sync_read(target, srcs, dsts, lens) == 0, te.last_error
+        assert [te.read_bytes_from_buffer(a, n) for a, n in zip(srcs, lens)] == data, r
+
+
+def test_batch_async_write_read(side):
+    te, target = side.te, side.target
+    srcs, dsts = _pieces(side)
+    for r in range(3):
+        data = [rand_bytes(random.randint(32, 128)) for _ in srcs]
+        lens = [len(d) for d in data]
+        for a, d in zip(srcs, data):
+            te.write_bytes_to_buffer(a, d, len(d))
+        bid = te.batch_transfer_async_write(target, srcs, dsts, lens)
+        assert bid != 0, te.last_error
+        assert te.get_batch_transfer_status([bid]) == 0, te.last_error
+        for a, n in zip(srcs, lens):
+            te.write_bytes_to_buffer(a, bytes(n), n)
+        bid = te.batch_transfer_async(target, srcs, dsts, lens, te.TransferOpcode.Read)
+        assert bid != 0, te.last_error
+        assert te.get_batch_transfer_status([bid]) == 0
+        assert [te.read_bytes_from_buffer(a, n) for a, n in zip(srcs, lens)] == data, r
+    # One write submitted, polled to completion (1), checked by the target.
+    data = pattern(4096, 5)
+    te.write_bytes_to_buffer(side.local, data, len(data))
+    bid = te.transfer_submit_write(target, side.local, side.remote, len(data))
+    assert bid != 0, te.last_error
+    st = 0
+    while st == 0:
+        st = te.transfer_check_status(bid)
+    assert st == 1, te.last_error
+    assert te.send_notify(target, f"check 5 0 {len(data)}") == 0
+    assert side.wait_notify("ok") == "ok 5"
+
+
+def test_notify_with_transfer(side):
+    from mooncake.engine import TransferNotify
+    te = side.te
+    data = pattern(1 << 16, 9)
+    te.write_bytes_to_buffer(side.local, data, len(data))
+    # transfer_sync with a notification: delivered after the bytes, with the sender's name.
+    n = TransferNotify(side.name, f"check 9 4096 {len(data)}")
+    assert te.transfer_sync(side.target, side.local, side.remote + 4096, len(data), te.TransferOpcode.Write, n) == 0
+    assert side.wait_notify("ok") == "ok 9"
+    n = TransferNotify(side.name, "check 9 0 8192")
+    assert te.batch_transfer_sync(side.target, [side.local, side.local + 4096], [side.remote, side.remote + 4096],
+                                  [4096, 4096], te.TransferOpcode.Write, notify=n) == 0
+    assert side.wait_notify("ok") == "ok 9"
+
+
+def test_unknown_peer(side):
+    te = side.te
+    # Mooncake's own check: async submits to an unknown peer return 0, the failure sentinel.
+    assert te.batch_transfer_async_write("unreachable_peer:9", [0], [0], [16]) == 0
+    assert te.transfer_submit_write("unreachable_peer:9", 0, 0, 16) == 0
+    gone = f"127.0.0.1:{free_port()}"  # well formed; not published, nothing listens
+    assert te.batch_transfer_async_write(gone, [side.local], [side.remote], [16]) == 0
+    assert te.transfer_sync_write(gone, side.local, side.remote, 16) == -1
+    assert te.last_error
+    # send_probe: 0 for the live target, non-zero for unknown peers, never a crash.
+    assert te.send_probe(side.target) == 0, te.last_error
+    assert te.last_error == ""  # a success clears it
+    assert te.send_probe("unreachable_peer:9") != 0
+    assert te.send_probe(gone) != 0
+    if side.kind != "p2p":
+        assert "not published" in te.last_error
+
+
+def test_surface_and_argument_checks(side):
+    import mooncake.engine as me
+    te = side.te
+    assert me.TransferOpcode.Read == 0 and me.TransferOpcode.Write == 1 and me.Read == 0 and me.Write == 1
+    assert te.TransferOpcode is me.TransferOpcode
+    assert me.SUPPORT_CUDA is False
+    assert te.get_engine() is not None and te.get_engine_ptr() != 0
+    import json
+    topo = json.loads(te.get_local_topology())
+    assert "cpu:0" in topo and all(len(v) == 2 for v in topo.values())
+    assert te.warmup_efa_segment(side.target) == 0
+    assert te.get_first_buffer_address(side.target) == side.remote
+    # Bad values raise ValueError naming the argument, before the library sees them.
+    for call, arg in [(lambda: te.transfer_sync_write(side.target, side.local, side.remote, -1), "length"),
+                      (lambda: te.transfer_sync_read(side.target, -5, side.remote, 8), "buffers[0]"),
+                      (lambda: te.register_memory(side.local, 1 << 64), "capacity"),
+                      (lambda: te.batch_transfer_sync_write(side.target, [side.local], [-1], [8]), "peer_buffer_addresses[0]"),
+                      (lambda: te.transfer_sync_write(side.target, side.local, side.remote, 8, transport_hint="carrier-pigeon"), "transport_hint")]:
+        with pytest.raises(ValueError) as e:
+            call()
+        assert arg in str(e.value), e.value
+        assert "{" not in str(e.value)  # a reason, not a struct dump
+    # Mismatched lists: Mooncake's failure values.
+    assert te.batch_transfer_sync_write(side.target, [side.local], [side.remote, side.remote], [8]) == -1
+    assert te.batch_transfer_async_write(side.target, [side.local], [], [8]) == 0
+    # A write to memory the target did not register fails; a success clears last_error.
+    assert te.transfer_sync_write(side.target, side.local, 4096, 8) == -1
+    assert te.last_error and "{" not in te.last_error
+    assert te.transfer_sync_write(side.target, side.local, side.remote, 8) == 0 and te.last_error == ""
+    # Bytes helpers refuse memory the engine does not know (Mooncake would copy, or crash).
+    assert te.write_bytes_to_buffer(8, b"x", 1) == -1
+    with pytest.raises(RuntimeError, match="device memory"):
+        te.transfer_write_on_cuda(side.target, side.local, side.remote, 8)
+
+
+def test_initialize_contract(compat_dir, monkeypatch):
+    from mooncake.engine import TransferEngine
+    te = TransferEngine()
+    with pytest.raises(ValueError, match="port"):
+        te.initialize("127.0.0.1:70000", "P2PHANDSHAKE", "tcp", "")
+    for proto in ("efa", "nvlink", "ascend"):
+        assert te.initialize("127.0.0.1", "P2PHANDSHAKE", proto, "") == -1
+        assert "tcp" in te.last_error
+    monkeypatch.delenv("MC_FORCE_TCP", raising=False)
+    # "rdma" (SGLang's and vLLM's default) needs UCX's RDMA and a device; without them it fails
+    # with the way out, and MC_FORCE_TCP=1 (Mooncake's switch) selects tcp.
+    if te.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", "") == 0:
+        te.destroy()
+        pytest.skip("this host has RDMA through UCX")
+    assert "MC_FORCE_TCP=1" in te.last_error, te.last_error
+    monkeypatch.setenv("MC_FORCE_TCP", "1")
+    assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", "mlx5_0") == 0, te.last_error
+    assert te.get_rpc_port() > 0 and te.last_error == ""
+    assert te.destroy() == 0
+    # A metadata server given as Mooncake's initialize_ext takes it.
+    te = TransferEngine()
+    assert te.initialize_ext("127.0.0.1", "P2PHANDSHAKE", "tcp", "", "etcd") == 0
+    te.destroy()
+    assert TransferEngine().initialize("127.0.0.1", "redis://127.0.0.1:1", "tcp", "") == -1
