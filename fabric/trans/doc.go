@@ -10,7 +10,7 @@
 // peer's application takes no part. A completed write is visible in the peer's memory.
 //
 // Metadata: an embedded store (tcp://), etcd (etcd://, or Mooncake's bare host:port), Mooncake's
-// HTTP metadata server (http://host:port/path), or none at all (P2PHANDSHAKE or "": peers are
+// HTTP metadata server (http://host:port/path), Redis (redis://host:port), or none at all (P2PHANDSHAKE or "": peers are
 // asked for their card over their request socket, as Mooncake's P2P handshake). With a store,
 // each engine takes a stable slot by its unique id and publishes its card; a peer whose store
 // link dies is dropped at once. With metadata, a peer it does not list fails at once with

@@ -16,8 +16,8 @@ import (
 
 // NormalizeMetadata maps a metadata server as Mooncake takes it onto the URL Create opens:
 // "" and P2PHANDSHAKE are P2P; "host:port" (no scheme, Mooncake's etcd form, several
-// comma-separated) is etcd://host:port; tcp://, etcd://, http:// and https:// stay as they are.
-// Other schemes (redis://, ...) are refused with the ones that work.
+// comma-separated) is etcd://host:port; tcp://, etcd://, http://, https:// and redis:// stay as
+// they are. Other schemes are refused with the ones that work.
 func NormalizeMetadata(url string) (string, error) {
 	url = strings.TrimSpace(url)
 	if url == "" || url == P2P {
@@ -28,36 +28,54 @@ func NormalizeMetadata(url string) (string, error) {
 		return "etcd://" + url, nil
 	}
 	switch scheme {
-	case "tcp", "tcp6", "etcd", "http", "https":
+	case "tcp", "tcp6", "etcd", "http", "https", "redis":
 		if rest == "" {
 			return "", fmt.Errorf("trans: metadata server %q has no address: %w", url, status.ErrInvalidConfig)
 		}
 		return url, nil
 	}
 	return "", fmt.Errorf("trans: metadata server %q: scheme %q is not served here (P2PHANDSHAKE, host:port or etcd:// for etcd, "+
-		"tcp:// for the embedded store, http:// for Mooncake's HTTP metadata server): %w", url, scheme, status.ErrUnsupported)
+		"tcp:// for the embedded store, http:// for Mooncake's HTTP metadata server, redis://): %w", url, scheme, status.ErrUnsupported)
 }
 
 // engineKey is where an engine is published: in a store (tcp://, etcd://) and on an HTTP
 // metadata server alike (docs/wire/metadata.md).
 func engineKey(uid string) string { return "trans/engine/" + uid }
 
-// httpPrefix is put before engineKey on an HTTP metadata server, which Mooncake's engines
-// share under mooncake/.
-const httpPrefix = "hmc/"
+// kvPrefix is put before engineKey on an HTTP or Redis metadata server, which Mooncake's
+// engines share under mooncake/.
+const kvPrefix = "hmc/"
 
-// openHTTP publishes this engine on a Mooncake HTTP metadata server.
-func (e *Engine) openHTTP(ctx context.Context, url string) error {
-	c, err := httpmeta.NewClient(url, e.cfg.Timeout)
-	if err != nil {
-		return fmt.Errorf("trans: %w", err)
+// kvMeta is a plain key/value metadata server: Mooncake's HTTP metadata server or Redis. Get
+// and Delete of an absent key return an error matching status.ErrNotFound.
+type kvMeta interface {
+	Get(ctx context.Context, key string) ([]byte, error)
+	Put(ctx context.Context, key string, value []byte) error
+	Delete(ctx context.Context, key string) error
+	Close()
+}
+
+// openKV publishes this engine on an HTTP (http://, https://) or Redis (redis://) metadata
+// server.
+func (e *Engine) openKV(ctx context.Context, url string) error {
+	if strings.HasPrefix(url, "redis://") {
+		r, err := openRedis(url, e.cfg.Timeout)
+		if err != nil {
+			return fmt.Errorf("trans: %w", err)
+		}
+		e.web = r
+	} else {
+		c, err := httpmeta.NewClient(url, e.cfg.Timeout)
+		if err != nil {
+			return fmt.Errorf("trans: %w", err)
+		}
+		e.web = c
 	}
-	e.web = c
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
 	h, _ := json.Marshal(e.hello()) // a hello always marshals
-	if err := c.Put(ctx, httpPrefix+engineKey(e.id), h); err != nil {
-		return fmt.Errorf("trans: publishing this engine on the metadata server: %w", err)
+	if err := e.web.Put(ctx, kvPrefix+engineKey(e.id), h); err != nil {
+		return fmt.Errorf("trans: publishing this engine on the metadata server %s: %w", url, err)
 	}
 	return nil
 }
@@ -74,7 +92,7 @@ func (e *Engine) published(ctx context.Context, uid string) error {
 			return fmt.Errorf("trans: peer %s is not published in the metadata store: %w: %w", uid, status.ErrNotFound, err)
 		}
 	case e.web != nil:
-		if _, err = e.web.Get(ctx, httpPrefix+engineKey(uid)); errors.Is(err, httpmeta.ErrNotFound) {
+		if _, err = e.web.Get(ctx, kvPrefix+engineKey(uid)); errors.Is(err, status.ErrNotFound) {
 			return fmt.Errorf("trans: peer %s is not published on the metadata server: %w", uid, err)
 		}
 	}

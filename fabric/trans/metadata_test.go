@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hmc-go/hmc/coord/httpmeta"
 	"github.com/hmc-go/hmc/memory"
@@ -13,20 +15,64 @@ import (
 	"github.com/hmc-go/hmc/transport"
 )
 
-// Mooncake's HTTP metadata server: a target process publishes itself there, an initiator finds
-// and writes to it (bytes checked by the target), an unknown peer fails at once with
-// ErrNotFound, Probe tells the two apart, and a closed engine's key is gone.
+// Mooncake's HTTP metadata server and Redis: a target process publishes itself there, an
+// initiator finds and writes to it (bytes checked by the target), an unknown peer fails at once
+// with ErrNotFound, Probe tells the two apart, and a closed engine's key is gone.
 func TestHTTPMetadata(t *testing.T) {
 	srv, err := httpmeta.Listen("127.0.0.1:0", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	tg := spawnTarget(t, "127.0.0.1:0", srv.URL())
-	e := initiator(t, srv.URL(), transport.TCP)
+	c, _ := httpmeta.NewClient(srv.URL(), 0)
+	defer c.Close()
+	testKVMetadata(t, srv.URL(), c)
+}
+
+func TestRedisMetadata(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("HMC_REQUIRE_REDIS") == "1" {
+			t.Fatal("HMC_REQUIRE_REDIS=1 but there is no redis-server (apt-get install redis-server)")
+		}
+		t.Skip("no redis-server (apt-get install redis-server)")
+	}
+	addr := freeID(t)
+	_, port, _ := strings.Cut(addr, ":")
+	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	url := "redis://" + addr
+	r, err := openRedis(url, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for i := 0; ; i++ {
+		if err := r.c.Ping(context.Background()).Err(); err == nil {
+			break
+		} else if i > 100 {
+			t.Fatalf("redis-server did not come up: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	testKVMetadata(t, url, r)
+	t.Setenv("MC_REDIS_DB_INDEX", "300")
+	if _, err := Create(context.Background(), url, "127.0.0.1:0", DefaultConfig()); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatalf("MC_REDIS_DB_INDEX=300: %v", err)
+	}
+}
+
+func testKVMetadata(t *testing.T, url string, c kvMeta) {
+	tg := spawnTarget(t, "127.0.0.1:0", url)
+	e := initiator(t, url, transport.TCP)
 	ctx := testCtx(t)
-	if n := srv.Len(); n != 2 {
-		t.Fatalf("%d engines published, want 2", n)
+	for _, id := range []string{tg.id, e.UniqueID()} {
+		if _, err := c.Get(ctx, kvPrefix+engineKey(id)); err != nil {
+			t.Fatalf("%s is not published: %v", id, err)
+		}
 	}
 	batcher(t, ctx, e, tg, 64<<10)(1)
 	if err := e.Probe(ctx, tg.id); err != nil {
@@ -43,19 +89,17 @@ func TestHTTPMetadata(t *testing.T) {
 	if err := e.Probe(ctx, "unreachable_peer:9"); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Fatalf("probe of a malformed id: %v", err)
 	}
-	e2, err := Create(ctx, srv.URL(), "127.0.0.1:0", DefaultConfig())
+	e2, err := Create(ctx, url, "127.0.0.1:0", DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := e2.Close(); err != nil {
 		t.Fatal(err)
 	}
-	c, _ := httpmeta.NewClient(srv.URL(), 0)
-	defer c.Close()
-	if _, err := c.Get(ctx, httpPrefix+engineKey(e2.UniqueID())); !errors.Is(err, httpmeta.ErrNotFound) {
+	if _, err := c.Get(ctx, kvPrefix+engineKey(e2.UniqueID())); !errors.Is(err, status.ErrNotFound) {
 		t.Fatalf("a closed engine is still published: %v", err)
 	}
-	if _, err := c.Get(ctx, httpPrefix+engineKey(e.UniqueID())); err != nil {
+	if _, err := c.Get(ctx, kvPrefix+engineKey(e.UniqueID())); err != nil {
 		t.Fatalf("a live engine is not published: %v", err)
 	}
 }
@@ -77,7 +121,7 @@ func TestNormalizeMetadata(t *testing.T) {
 			t.Errorf("NormalizeMetadata(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"redis://127.0.0.1:6379", "consul://x:1", "http://"} {
+	for _, in := range []string{"consul://x:1", "http://", "redis://"} {
 		if _, err := NormalizeMetadata(in); err == nil {
 			t.Errorf("NormalizeMetadata(%q): no error", in)
 		}

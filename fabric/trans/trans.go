@@ -17,7 +17,6 @@ import (
 	"github.com/hmc-go/hmc/auth"
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/comm"
-	"github.com/hmc-go/hmc/coord/httpmeta"
 	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/fabric/internal/mesh"
 	"github.com/hmc-go/hmc/fabric/internal/rpc"
@@ -80,8 +79,8 @@ type Engine struct {
 	mesh    *mesh.Mesh
 	srv     *rpc.Server
 	client  *rpc.Client
-	kv      store.Client     // a store's client (tcp://, etcd://); nil otherwise
-	web     *httpmeta.Client // an HTTP metadata server's client; nil otherwise
+	kv      store.Client // a store's client (tcp://, etcd://); nil otherwise
+	web     kvMeta       // an HTTP or Redis metadata server's client; nil otherwise
 	unwatch func()
 	rank    int // our slot in the store (-1 without one)
 
@@ -194,8 +193,8 @@ func Create(ctx context.Context, metadataURL, uniqueID string, cfg Config) (_ *E
 	e.client = rpc.NewClient(cfg.Timeout, cfg.Secret)
 	switch {
 	case metadataURL == P2P:
-	case strings.HasPrefix(metadataURL, "http://"), strings.HasPrefix(metadataURL, "https://"):
-		if err := e.openHTTP(ctx, metadataURL); err != nil {
+	case strings.HasPrefix(metadataURL, "http://"), strings.HasPrefix(metadataURL, "https://"), strings.HasPrefix(metadataURL, "redis://"):
+		if err := e.openKV(ctx, metadataURL); err != nil {
 			return nil, err
 		}
 	default:
@@ -541,7 +540,7 @@ func (e *Engine) Close() error {
 	}
 	if e.web != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
-		if err := e.web.Delete(ctx, httpPrefix+engineKey(e.id)); err != nil && !errors.Is(err, httpmeta.ErrNotFound) {
+		if err := e.web.Delete(ctx, kvPrefix+engineKey(e.id)); err != nil && !errors.Is(err, status.ErrNotFound) {
 			e.log.Warn("trans: could not withdraw this engine from the metadata server", "err", err) // peers find it dead
 		}
 		cancel()

@@ -82,6 +82,25 @@ def http_meta(hmc_bin):
 
 
 @pytest.fixture(scope="session")
+def redis_meta():
+    """Debian's redis-server as Mooncake's redis:// metadata server."""
+    bin_ = shutil.which("redis-server")
+    if bin_ is None:
+        if os.environ.get("HMC_REQUIRE_REDIS") == "1":
+            pytest.fail("HMC_REQUIRE_REDIS=1 but there is no redis-server (apt-get install redis-server)")
+        pytest.skip("no redis-server (apt-get install redis-server)")
+    port = free_port()
+    p = subprocess.Popen([bin_, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, p, "redis-server")
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        p.terminate()
+        p.wait()
+
+
+@pytest.fixture(scope="session")
 def etcd_meta():
     """An etcd of its own (Debian's etcd-server), as Mooncake's metadata server: its address in
     Mooncake's bare host:port form."""

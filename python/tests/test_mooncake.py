@@ -1,7 +1,7 @@
 """Mooncake's TransferEngine contract, as Mooncake's own wheel tests and its users exercise it:
 `from mooncake.engine import TransferEngine` (HMC-Go's, through hmc.compat) in this process
 against a target process (mc_target.py), under P2PHANDSHAKE, etcd (bare host:port, Mooncake's
-form) and Mooncake's HTTP metadata server (`hmc store serve --http`). Written here from what
+form), Mooncake's HTTP metadata server (`hmc store serve --http`) and Redis. Written here from what
 those tests do, not copied."""
 import os
 import random
@@ -14,7 +14,7 @@ import pytest
 
 from conftest import HERE, free_port
 
-METAS = ["p2p", "etcd", "http"]
+METAS = ["p2p", "etcd", "http", "redis"]
 
 
 def pattern(n, seed):
@@ -34,7 +34,7 @@ class Side:
         if kind == "p2p":
             self.meta, tname, iname = "P2PHANDSHAKE", "127.0.0.1", "127.0.0.1"
         else:
-            self.meta = request.getfixturevalue("etcd_meta" if kind == "etcd" else "http_meta")
+            self.meta = request.getfixturevalue(kind + "_meta")
             tname, iname = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([request.getfixturevalue("compat_dir"), os.path.join(HERE, "..")]))
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "mc_target.py"), self.meta, tname, "tcp"],
@@ -228,4 +228,4 @@ def test_initialize_contract(compat_dir, monkeypatch):
     te = TransferEngine()
     assert te.initialize_ext("127.0.0.1", "P2PHANDSHAKE", "tcp", "", "etcd") == 0
     te.destroy()
-    assert TransferEngine().initialize("127.0.0.1", "redis://127.0.0.1:1", "tcp", "") == -1
+    assert TransferEngine().initialize("127.0.0.1", "zookeeper://127.0.0.1:1", "tcp", "") == -1
