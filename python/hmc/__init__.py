@@ -81,6 +81,33 @@ def _b(s):
     return s.encode() if isinstance(s, str) else s
 
 
+_U64_MAX = (1 << 64) - 1
+
+
+def _u64(name, v, lo=0, hi=_U64_MAX):
+    """v as an int in lo..hi: checked here, before the library sees it (ctypes would wrap a
+    negative to 2**64 - v), with ValueError / TypeError naming the argument."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        try:
+            v = v.__index__()
+        except AttributeError:
+            raise TypeError(f"{name} must be an int, not {type(v).__name__}") from None
+    if v < lo or v > hi:
+        raise ValueError(f"{name} must be in {lo}..{hi}, got {v}")
+    return v
+
+
+def _sizes(**kw):
+    """Checks byte counts and offsets (None passes: a default applies)."""
+    for name, v in kw.items():
+        if v is not None:
+            _u64(name, v)
+
+
+def _port(name, v):
+    return _u64(name, v, 0, 65535)
+
+
 def debug_stacks():
     """The stacks of every goroutine of the Go core, as text: for a watchdog that finds a call
     stuck (a Go program prints them on SIGQUIT; inside Python it cannot)."""
@@ -178,6 +205,7 @@ class IOBuffer:
         A CUDA (or ROCm) tensor is copied from its device memory: device to device into a GPU
         buffer, device to host into a CPU buffer. ``device="ptr"`` takes ``data`` as an address
         in the buffer's own device memory (int) and needs ``nbytes``."""
+        _sizes(offset=offset, nbytes=nbytes)
         if device == "ptr":
             if nbytes is None:
                 raise ValueError("nbytes is required with device='ptr'")
@@ -198,6 +226,7 @@ class IOBuffer:
 
     def get_into(self, dst, nbytes=None, offset=0, device=None):
         """Copies nbytes (default: all of dst) at offset out of the buffer into dst."""
+        _sizes(offset=offset, nbytes=nbytes)
         if device == "ptr":
             if nbytes is None:
                 raise ValueError("nbytes is required with device='ptr'")
@@ -217,11 +246,13 @@ class IOBuffer:
 
     def get(self, nbytes, offset=0):
         """Returns nbytes at offset as a new bytearray."""
+        _sizes(nbytes=nbytes, offset=offset)
         out = bytearray(nbytes)
         self.get_into(out, nbytes, offset)
         return out
 
     def copy_within(self, dst_offset, src_offset, nbytes):
+        _sizes(dst_offset=dst_offset, src_offset=src_offset, nbytes=nbytes)
         _check(_L.hmc_buffer_copy_within(self._s._h, dst_offset, src_offset, nbytes), "copy within")
 
 
@@ -236,6 +267,7 @@ class Session:
         """secret (bytes or str) and tls_cert / tls_key / tls_ca (PEM file paths, mutual TLS)
         authenticate every link of the session; peers need the same or are refused (HMCError,
         permission denied). Default: none."""
+        _sizes(device_id=device_id, buffer_size=buffer_size, num_chs=num_chs)
         h = ctypes.c_uint64()
         if secret is None and tls_cert is None and tls_key is None and tls_ca is None:
             _check(_L.hmc_session_create(device_id, buffer_size, int(mem_type), num_chs,
@@ -256,7 +288,9 @@ class Session:
                     ctrl_tcp_port=0, self_id=0, ctrl_uds_dir="/tmp", conn=ConnType.AUTO):
         """Starts the control plane (TCP ctrl_tcp_port, and UDS in ctrl_uds_dir) and the data
         server(s) on data_port (upstream's ucx_port / rdma_port are accepted as aliases)."""
-        port = next((p for p in (data_port, ucx_port, rdma_port) if p is not None), 0)
+        port = _port("data_port", next((p for p in (data_port, ucx_port, rdma_port) if p is not None), 0))
+        _port("ctrl_tcp_port", ctrl_tcp_port)
+        _sizes(self_id=self_id)
         _check(_L.hmc_session_init_server(self._h, _b(bind_ip), port, ctrl_tcp_port, self_id,
                                           _b(ctrl_uds_dir or ""), int(conn)), "init server")
         self.id = self_id
@@ -273,6 +307,9 @@ class Session:
 
     def connect(self, *, peer_id, self_id, peer_ip, data_port, ctrl_tcp_port=0, uds_dir=None,
                 conn=ConnType.AUTO, timeout=DEFAULT_TIMEOUT):
+        _port("data_port", data_port)
+        _port("ctrl_tcp_port", ctrl_tcp_port)
+        _sizes(peer_id=peer_id, self_id=self_id)
         _check(_L.hmc_session_connect(self._h, peer_id, self_id, _b(peer_ip), data_port,
                                       ctrl_tcp_port, _b(uds_dir or ""), int(conn), _ms(timeout)),
                "connect")
@@ -306,22 +343,30 @@ class Session:
     # one-sided transfers
     def put_remote(self, ip, port, local_off, remote_off, nbytes, conn=ConnType.AUTO,
                    timeout=DEFAULT_TIMEOUT):
+        _port("port", port)
+        _sizes(local_off=local_off, remote_off=remote_off, nbytes=nbytes)
         _check(_L.hmc_session_put(self._h, _b(ip), port, local_off, remote_off, nbytes,
                                   int(conn), _ms(timeout)), "put")
 
     def get_remote(self, ip, port, local_off, remote_off, nbytes, conn=ConnType.AUTO,
                    timeout=DEFAULT_TIMEOUT):
+        _port("port", port)
+        _sizes(local_off=local_off, remote_off=remote_off, nbytes=nbytes)
         _check(_L.hmc_session_get(self._h, _b(ip), port, local_off, remote_off, nbytes,
                                   int(conn), _ms(timeout)), "get")
 
     def put_nb(self, ip, port, local_off, remote_off, nbytes, conn=ConnType.AUTO):
         i = ctypes.c_uint64()
+        _port("port", port)
+        _sizes(local_off=local_off, remote_off=remote_off, nbytes=nbytes)
         _check(_L.hmc_session_put_nb(self._h, _b(ip), port, local_off, remote_off, nbytes,
                                      int(conn), ctypes.byref(i)), "put_nb")
         return i.value
 
     def get_nb(self, ip, port, local_off, remote_off, nbytes, conn=ConnType.AUTO):
         i = ctypes.c_uint64()
+        _port("port", port)
+        _sizes(local_off=local_off, remote_off=remote_off, nbytes=nbytes)
         _check(_L.hmc_session_get_nb(self._h, _b(ip), port, local_off, remote_off, nbytes,
                                      int(conn), ctypes.byref(i)), "get_nb")
         return i.value
@@ -333,11 +378,15 @@ class Session:
 
     def put_pipeline(self, ip, port, local_off, remote_off, nbytes, chunk=0, max_inflight=0,
                      conn=ConnType.AUTO, timeout=DEFAULT_TIMEOUT):
+        _port("port", port)
+        _sizes(local_off=local_off, remote_off=remote_off, nbytes=nbytes, chunk=chunk, max_inflight=max_inflight)
         _check(_L.hmc_session_put_pipeline(self._h, _b(ip), port, local_off, remote_off, nbytes,
                                            chunk, max_inflight, int(conn), _ms(timeout)), "put pipeline")
 
     def get_pipeline(self, ip, port, local_off, remote_off, nbytes, chunk=0, max_inflight=0,
                      conn=ConnType.AUTO, timeout=DEFAULT_TIMEOUT):
+        _port("port", port)
+        _sizes(local_off=local_off, remote_off=remote_off, nbytes=nbytes, chunk=chunk, max_inflight=max_inflight)
         _check(_L.hmc_session_get_pipeline(self._h, _b(ip), port, local_off, remote_off, nbytes,
                                            chunk, max_inflight, int(conn), _ms(timeout)), "get pipeline")
 
@@ -349,6 +398,8 @@ class Session:
         Host data (bytes-likes, NumPy arrays, CPU tensors) goes straight from its own memory to
         the peer, read in place by the transport (zero-copy; local_off is not used). GPU tensors
         and ``device="ptr"`` addresses are staged into the local buffer at local_off first."""
+        _port("port", port)
+        _sizes(local_off=local_off, remote_off=remote_off, nbytes=nbytes)
         if device is None:
             addr, n, keep, gpu = _source(data)
             if not gpu:
@@ -368,6 +419,8 @@ class Session:
                  conn=ConnType.AUTO, device=None, timeout=DEFAULT_TIMEOUT):
         """Gets the peer's bytes into dest: straight into host memory (zero-copy), through the
         local buffer at local_off for GPU tensors and ``device="ptr"``."""
+        _port("port", port)
+        _sizes(local_off=local_off, remote_off=remote_off, nbytes=nbytes)
         if device is None:
             addr, cap, keep, gpu = _dest(dest)
             if not gpu:  # straight into dest, zero-copy (local_off is not used)
@@ -386,6 +439,7 @@ class Session:
 
     def get(self, ip, port, nbytes, *, local_off=0, remote_off=0, conn=ConnType.AUTO,
             timeout=DEFAULT_TIMEOUT):
+        _sizes(nbytes=nbytes)
         out = bytearray(nbytes)
         self.get_into(ip, port, out, local_off=local_off, remote_off=remote_off, nbytes=nbytes,
                       conn=conn, timeout=timeout)
@@ -411,9 +465,11 @@ class Session:
 
     # control plane
     def ctrl_send(self, peer, tag, timeout=DEFAULT_TIMEOUT):
+        _sizes(peer=peer, tag=tag)
         _check(_L.hmc_session_ctrl_send(self._h, peer, tag, _ms(timeout)), "ctrl send")
 
     def ctrl_recv(self, peer, timeout=DEFAULT_TIMEOUT):
+        _sizes(peer=peer)
         v = ctypes.c_uint64()
         _check(_L.hmc_session_ctrl_recv(self._h, peer, ctypes.byref(v), _ms(timeout)), "ctrl recv")
         return v.value

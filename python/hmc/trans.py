@@ -31,7 +31,7 @@ import socket
 import threading
 from enum import IntEnum
 
-from . import Status, _b
+from . import Status, _b, _u64
 from ._lib import LIB as _L
 
 __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "TransferStatus", "InnerTransferEngine",
@@ -116,18 +116,6 @@ class InnerTransferEngine:
 
     def __repr__(self):
         return f"<hmc.trans.InnerTransferEngine {self.get_local_hostname() or 'uninitialized'}>"
-
-
-def _u64(name, v, lo=0, hi=_U64 - 1):
-    """v as an int in lo..hi, or ValueError/TypeError naming the argument."""
-    if isinstance(v, bool) or not isinstance(v, int):
-        try:
-            v = v.__index__()
-        except AttributeError:
-            raise TypeError(f"{name} must be an int, not {type(v).__name__}") from None
-    if v < lo or v > hi:
-        raise ValueError(f"{name} must be in {lo}..{hi}, got {v}")
-    return v
 
 
 def _addr(name, buf):

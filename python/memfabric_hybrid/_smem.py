@@ -115,16 +115,21 @@ def b(s):
     return s.encode() if isinstance(s, str) else s
 
 
-def ptrs(vals):
-    return (_ptr * len(vals))(*[int(v) for v in vals])
+def _checked(vals, name):
+    from hmc import _u64
+    return [_u64(f"{name}[{i}]", v) for i, v in enumerate(vals)]
 
 
-def u64s(vals):
-    return (_u64 * len(vals))(*[int(v) for v in vals])
+def ptrs(vals, name="addresses"):
+    return (_ptr * len(vals))(*_checked(vals, name))
 
 
-def sizes(vals):
-    return (_size * len(vals))(*[int(v) for v in vals])
+def u64s(vals, name="sizes"):
+    return (_u64 * len(vals))(*_checked(vals, name))
+
+
+def sizes(vals, name="sizes"):
+    return (_size * len(vals))(*_checked(vals, name))
 
 
 def cfield(name):

@@ -3,6 +3,8 @@
 import ctypes
 from enum import IntEnum
 
+from hmc import _sizes, _u64
+
 from . import _smem
 from ._smem import L as _L
 from ._smem import b as _b
@@ -76,6 +78,7 @@ def bm_rank_id():
 
 
 def create(id, local_dram_size, local_hbm_size=0, data_op_type=BmDataOpType.HOST_TCP, flags=0):
+    _sizes(id=id, local_dram_size=local_dram_size, local_hbm_size=local_hbm_size)
     """A Big Memory object; RuntimeError on failure. (Upstream's default data op is SDMA, which
     needs Ascend hardware; here it is HOST_TCP, with shared memory for co-located ranks.)"""
     h = _L.smem_bm_create(int(id), 0, int(data_op_type), int(local_dram_size), int(local_hbm_size), int(flags))
@@ -104,19 +107,21 @@ class BigMemory:
         return _L.smem_bm_get_rank_id_by_gva(self._h, int(gva))
 
     def register(self, addr, size):
+        _sizes(addr=addr, size=size)
         return _L.smem_bm_register_user_mem(self._h, int(addr), int(size))
 
     def unregister(self, addr):
         return _L.smem_bm_unregister_user_mem(self._h, int(addr))
 
     def copy_data(self, src_ptr, dst_ptr, size, type, flags=0):
+        _sizes(src_ptr=src_ptr, dst_ptr=dst_ptr, size=size)
         p = _smem.CopyParams(int(src_ptr), int(dst_ptr), int(size))
         return _L.smem_bm_copy(self._h, ctypes.byref(p), int(type), int(flags))
 
     def copy_data_batch(self, src_addrs, dst_addrs, sizes, count, type, flags=0):
-        count = int(count)
-        p = _smem.BatchCopyParams(_smem.ptrs(src_addrs[:count]), _smem.ptrs(dst_addrs[:count]),
-                                  _smem.u64s(sizes[:count]), count)
+        count = _u64("count", count, 0, min(len(src_addrs), len(dst_addrs), len(sizes)))
+        p = _smem.BatchCopyParams(_smem.ptrs(src_addrs[:count], "src_addrs"), _smem.ptrs(dst_addrs[:count], "dst_addrs"),
+                                  _smem.u64s(sizes[:count], "sizes"), count)
         return _L.smem_bm_copy_batch(self._h, ctypes.byref(p), int(type), int(flags))
 
     def wait(self):

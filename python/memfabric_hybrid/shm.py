@@ -4,6 +4,8 @@ are HMC-Go's Go API, fabric/shmem)."""
 import ctypes
 from enum import IntEnum
 
+from hmc import _sizes
+
 from . import _smem
 from ._smem import L as _L
 from ._smem import b as _b
@@ -38,6 +40,7 @@ def uninitialize(flags=0):
 
 
 def create(id, rank_size, rank_id, local_mem_size, data_op_type=ShmDataOpType.MTE, flags=0):
+    _sizes(id=id, rank_size=rank_size, rank_id=rank_id, local_mem_size=local_mem_size)
     gva = ctypes.c_void_p()
     h = _L.smem_shm_create(int(id), int(rank_size), int(rank_id), int(local_mem_size), int(data_op_type), int(flags),
                            ctypes.byref(gva))

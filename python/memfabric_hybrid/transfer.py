@@ -13,15 +13,14 @@ import os
 import socket
 from enum import IntEnum
 
+from hmc import _u64
+
 from . import _smem
 from ._smem import L as _L
 from ._smem import b as _b
 
 __all__ = ["TransferEngine", "TransferOpcode", "TransDataOpType", "set_log_level", "create_config_store",
            "set_conf_store_tls"]
-
-_U64 = 1 << 64
-
 
 class TransferOpcode(IntEnum):
     Read = 0
@@ -45,17 +44,6 @@ SDMA = TransDataOpType.SDMA
 DEVICE_RDMA = TransDataOpType.DEVICE_RDMA
 
 _ROLES = {"Prefill": 1, "Decode": 2}
-
-
-def _u64(name, v):
-    if isinstance(v, bool) or not isinstance(v, int):
-        try:
-            v = v.__index__()
-        except AttributeError:
-            raise TypeError(f"{name} must be an int, not {type(v).__name__}") from None
-    if v < 0 or v >= _U64:
-        raise ValueError(f"{name} must be in 0..{_U64 - 1}, got {v}")
-    return v
 
 
 def _u64s(name, vals):
