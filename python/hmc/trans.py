@@ -438,9 +438,16 @@ class TransferEngine:
         if not addrs:
             self.last_error = ""
             return 0
-        if self._rc(_L.hmc_trans_batch_register(self._h, _arr(addrs), _arr(caps), len(caps)), "batch_register_memory") != 0:
-            return -1
-        for a, n in zip(addrs, caps):
+        # One registration per range, as Mooncake's: each is unregistered by its own address
+        # (the C batch call coalesces adjacent ranges, memfabric's semantics). All or none.
+        for i, (a, n) in enumerate(zip(addrs, caps)):
+            if self._rc(_L.hmc_trans_register(self._h, a, n), f"batch_register_memory: entry {i}") != 0:
+                err = self.last_error
+                for done in addrs[:i]:
+                    _L.hmc_trans_deregister(self._h, done, self.timeout_ms)
+                    self._untrack(done)
+                self.last_error = err
+                return -1
             self._track(a, n)
         return 0
 

@@ -56,8 +56,11 @@ def test_sglang_to_vllm_mooncake(compat_dir, monkeypatch):
         assert engine.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", "") == 0, engine.last_error
         session_id = f"127.0.0.1:{engine.get_rpc_port()}"
         assert engine.get_engine() is not None
-        kv = expected(3)
+        # The layers are views of one allocation (adjacent ranges), as a KV cache's often are:
+        # registered in one batch, each is unregistered on its own below.
+        kv = list(torch.cat(expected(3)).split(NBYTES))
         ptrs, lens = [t.data_ptr() for t in kv], [t.numel() for t in kv]
+        assert ptrs[1] == ptrs[0] + NBYTES
         assert engine.batch_register_memory(ptrs, lens) == 0, engine.last_error  # batch_register
         assert engine.send_probe(session) == 0, engine.last_error
         # transfer_sync: one layer whole; batch_transfer_sync: the scattered blocks of the rest.
