@@ -113,7 +113,7 @@ func transBenchCmd() *cobra.Command {
 	fl.IntVar(&threads, "threads", 1, "batches in flight, one goroutine each")
 	fl.DurationVar(&duration, "duration", 3*time.Second, "time per block size")
 	fl.StringVar(&buffer, "buffer-size", "256MiB", "each side's buffer")
-	fl.StringVar(&meta, "metadata-server", trans.P2P, "tcp:// or etcd:// store, or P2PHANDSHAKE")
+	fl.StringVar(&meta, "metadata-server", trans.P2P, "P2PHANDSHAKE, a tcp:// or etcd:// store (or host:port: etcd), http://host:port/path (Mooncake's HTTP metadata) or redis://host:port")
 	fl.StringVar(&target, "segment-id", "", "the target's unique id (ip:port)")
 	fl.StringVar(&local, "local-server-name", "127.0.0.1:0", "this engine's unique id (port 0: any)")
 	fl.StringVar(&protocol, "protocol", "shm,tcp", "transports in order of preference: shm, tcp, ucx (auto: the default)")
