@@ -145,6 +145,15 @@ class _Mismatch(ValueError):
     """Lists of different lengths: Mooncake's calls return their failure value for it."""
 
 
+def _ints(name, vals, conv):
+    """vals checked as 64-bit unsigned ints: a list of plain ints in range is taken as it is (the
+    common case, one pass each for type, min and max); anything else goes through conv entry by
+    entry, which names the bad one."""
+    if all(type(v) is int for v in vals) and (not vals or (min(vals) >= 0 and max(vals) <= _U64 - 1)):
+        return vals
+    return [conv(f"{name}[{i}]", v) for i, v in enumerate(vals)]
+
+
 def _batch(buffers, peer_buffer_addresses, lengths):
     """Checked (locals, remotes, sizes), or ValueError."""
     _list("buffers", buffers)
@@ -152,13 +161,14 @@ def _batch(buffers, peer_buffer_addresses, lengths):
     _list("lengths", lengths)
     if not (len(buffers) == len(peer_buffer_addresses) == len(lengths)):
         raise _Mismatch(f"buffers, peer_buffer_addresses and lengths have different lengths "
-                         f"({len(buffers)}, {len(peer_buffer_addresses)}, {len(lengths)})")
-    locs = [_addr(f"buffers[{i}]", b) for i, b in enumerate(buffers)]
-    rems = [_u64(f"peer_buffer_addresses[{i}]", a) for i, a in enumerate(peer_buffer_addresses)]
-    lens = [_u64(f"lengths[{i}]", n) for i, n in enumerate(lengths)]
-    for i, (a, r, n) in enumerate(zip(locs, rems, lens)):
-        if a + n > _U64 - 1 or r + n > _U64 - 1:
-            raise ValueError(f"entry {i}: {n} bytes at {a:#x} (local) / {r:#x} (peer) run past the address space")
+                        f"({len(buffers)}, {len(peer_buffer_addresses)}, {len(lengths)})")
+    locs = _ints("buffers", buffers, _addr)
+    rems = _ints("peer_buffer_addresses", peer_buffer_addresses, _u64)
+    lens = _ints("lengths", lengths, _u64)
+    if lens and max(lens) + max(max(locs), max(rems)) > _U64 - 1:
+        for i, (a, r, n) in enumerate(zip(locs, rems, lens)):
+            if a + n > _U64 - 1 or r + n > _U64 - 1:
+                raise ValueError(f"entry {i}: {n} bytes at {a:#x} (local) / {r:#x} (peer) run past the address space")
     return locs, rems, lens
 
 
