@@ -467,14 +467,20 @@ class TransferEngine:
         addrs = [_addr(f"buffer_addresses[{i}]", a) for i, a in enumerate(buffer_addresses)]
         if not self._ready("batch_unregister_memory"):
             return -1
+        return self._each("batch_unregister_memory", addrs, lambda a: _L.hmc_trans_deregister(self._h, a, self.timeout_ms),
+                          self._untrack, "{:#x}")
+
+    def _each(self, what, items, call, on_success=None, label="{}"):
+        """call(item) for every item; 0 when each returned SUCCESS, else -1 with the failures
+        (the first eight) in last_error."""
         failed = []
-        for a in addrs:
-            if _L.hmc_trans_deregister(self._h, a, self.timeout_ms) != Status.SUCCESS:
-                failed.append(f"{a:#x}: {(_L.hmc_last_error() or b'').decode(errors='replace')}")
-            else:
-                self._untrack(a)
+        for it in items:
+            if call(it) != Status.SUCCESS:
+                failed.append(label.format(it) + ": " + (_L.hmc_last_error() or b"").decode(errors="replace"))
+            elif on_success is not None:
+                on_success(it)
         if failed:
-            self.last_error = "batch_unregister_memory: " + "; ".join(failed[:8])
+            self.last_error = f"{what}: " + "; ".join(failed[:8])
             return -1
         self.last_error = ""
         return 0
@@ -686,15 +692,8 @@ class TransferEngine:
         ids = [_u64(f"batch_ids[{i}]", b) for i, b in enumerate(_list("batch_ids", batch_ids))]
         if not self._ready("get_batch_transfer_status"):
             return -1
-        errs = []
-        for b in ids:
-            if _L.hmc_trans_wait(self._h, b, self.timeout_ms) != Status.SUCCESS:
-                errs.append(f"batch {b}: {(_L.hmc_last_error() or b'').decode(errors='replace')}")
-        if errs:
-            self.last_error = "get_batch_transfer_status: " + "; ".join(errs[:8])
-            return -1
-        self.last_error = ""
-        return 0
+        return self._each("get_batch_transfer_status", ids, lambda b: _L.hmc_trans_wait(self._h, b, self.timeout_ms),
+                          label="batch {}")
 
     # ---- device memory --------------------------------------------------------------------------
 

@@ -36,6 +36,27 @@ def free_port():
     raise RuntimeError("no free port")
 
 
+def need(binary, require_env, package):
+    """The path of binary; a skip without it, or a failure where require_env=1 (CI)."""
+    path = shutil.which(binary)
+    if path is None:
+        if os.environ.get(require_env) == "1":
+            pytest.fail(f"{require_env}=1 but there is no {binary} (apt-get install {package})")
+        pytest.skip(f"no {binary} (apt-get install {package})")
+    return path
+
+
+def daemon(argv, port, what):
+    """Runs argv until the session ends, once it listens on port."""
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, p, what)
+        yield
+    finally:
+        p.terminate()
+        p.wait()
+
+
 def wait_port(port, proc, what, timeout=30):
     end = time.time() + timeout
     while time.time() < end:
@@ -84,43 +105,25 @@ def http_meta(hmc_bin):
 @pytest.fixture(scope="session")
 def redis_meta():
     """Debian's redis-server as Mooncake's redis:// metadata server."""
-    bin_ = shutil.which("redis-server")
-    if bin_ is None:
-        if os.environ.get("HMC_REQUIRE_REDIS") == "1":
-            pytest.fail("HMC_REQUIRE_REDIS=1 but there is no redis-server (apt-get install redis-server)")
-        pytest.skip("no redis-server (apt-get install redis-server)")
     port = free_port()
-    p = subprocess.Popen([bin_, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_port(port, p, "redis-server")
+    for _ in daemon([need("redis-server", "HMC_REQUIRE_REDIS", "redis-server"), "--bind", "127.0.0.1", "--port", str(port),
+                     "--save", "", "--appendonly", "no"], port, "redis-server"):
         yield f"redis://127.0.0.1:{port}"
-    finally:
-        p.terminate()
-        p.wait()
 
 
 @pytest.fixture(scope="session")
 def etcd_meta():
     """An etcd of its own (Debian's etcd-server), as Mooncake's metadata server: its address in
     Mooncake's bare host:port form."""
-    etcd = shutil.which("etcd")
-    if etcd is None:
-        if os.environ.get("HMC_REQUIRE_ETCD") == "1":
-            pytest.fail("HMC_REQUIRE_ETCD=1 but there is no etcd (apt-get install etcd-server)")
-        pytest.skip("no etcd (apt-get install etcd-server)")
+    etcd = need("etcd", "HMC_REQUIRE_ETCD", "etcd-server")
     d = tempfile.mkdtemp(prefix="hmc-etcd-")
     client, peer = free_port(), free_port()
-    p = subprocess.Popen([etcd, "--data-dir", d, "--listen-client-urls", f"http://127.0.0.1:{client}",
-                          "--advertise-client-urls", f"http://127.0.0.1:{client}",
-                          "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-                          "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-                          "--initial-cluster", f"default=http://127.0.0.1:{peer}"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_port(client, p, "etcd")
-        yield f"127.0.0.1:{client}"
+        for _ in daemon([etcd, "--data-dir", d, "--listen-client-urls", f"http://127.0.0.1:{client}",
+                         "--advertise-client-urls", f"http://127.0.0.1:{client}",
+                         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                         "--initial-cluster", f"default=http://127.0.0.1:{peer}"], client, "etcd"):
+            yield f"127.0.0.1:{client}"
     finally:
-        p.terminate()
-        p.wait()
         shutil.rmtree(d, ignore_errors=True)

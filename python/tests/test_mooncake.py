@@ -92,17 +92,26 @@ def _pieces(side, n=100, step=1024):
     return ([side.local + i * step for i in range(n)], [side.remote + i * step for i in range(n)])
 
 
+def _fill(te, srcs):
+    """Random bytes (32..128 each) written at srcs; returns them and their lengths."""
+    data = [rand_bytes(random.randint(32, 128)) for _ in srcs]
+    for a, d in zip(srcs, data):
+        assert te.write_bytes_to_buffer(a, d, len(d)) == 0, te.last_error
+    return data, [len(d) for d in data]
+
+
+def _clear(te, srcs, lens):
+    for a, n in zip(srcs, lens):
+        assert te.write_bytes_to_buffer(a, bytes(n), n) == 0
+
+
 def test_batch_sync_write_read(side):
     te, target = side.te, side.target
     srcs, dsts = _pieces(side)
     for r in range(3):
-        data = [rand_bytes(random.randint(32, 128)) for _ in srcs]
-        lens = [len(d) for d in data]
-        for a, d in zip(srcs, data):
-            assert te.write_bytes_to_buffer(a, d, len(d)) == 0
+        data, lens = _fill(te, srcs)
         assert te.batch_transfer_sync_write(target, srcs, dsts, lens) == 0, te.last_error
-        for a, n in zip(srcs, lens):
-            assert te.write_bytes_to_buffer(a, bytes(n), n) == 0
+        _clear(te, srcs, lens)
         assert te.batch_transfer_sync_read(target, srcs, dsts, lens) == 0, te.last_error
         assert [te.read_bytes_from_buffer(a, n) for a, n in zip(srcs, lens)] == data, r
 
@@ -111,15 +120,11 @@ def test_batch_async_write_read(side):
     te, target = side.te, side.target
     srcs, dsts = _pieces(side)
     for r in range(3):
-        data = [rand_bytes(random.randint(32, 128)) for _ in srcs]
-        lens = [len(d) for d in data]
-        for a, d in zip(srcs, data):
-            te.write_bytes_to_buffer(a, d, len(d))
+        data, lens = _fill(te, srcs)
         bid = te.batch_transfer_async_write(target, srcs, dsts, lens)
         assert bid != 0, te.last_error
         assert te.get_batch_transfer_status([bid]) == 0, te.last_error
-        for a, n in zip(srcs, lens):
-            te.write_bytes_to_buffer(a, bytes(n), n)
+        _clear(te, srcs, lens)
         bid = te.batch_transfer_async(target, srcs, dsts, lens, te.TransferOpcode.Read)
         assert bid != 0, te.last_error
         assert te.get_batch_transfer_status([bid]) == 0
