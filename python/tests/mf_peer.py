@@ -86,9 +86,9 @@ def run_shm(st, url, world, rank):
     for r in range(world):  # co-located blocks are plain memory at gva + r * size
         assert ctypes.string_at(sm.gva + r * 2 * MIB, 1)[0] == 50 + r
         assert sm.topology_can_reach(r) & shm.ShmDataOpType.RDMA
-    got = sm.all_gather(bytes([rank, 9]))
+    got = sm.all_gather(local_data=bytes([rank, 9]))  # upstream's keyword names
     assert got == b"".join(bytes([r, 9]) for r in range(world)), got
-    assert sm.set_context(b"kernel args") == 0
+    assert sm.set_context(context=b"kernel args") == 0
     assert sm.query_support_data_operation() & shm.ShmDataOpType.MTE
     assert sm.barrier() == 0
     assert sm.destroy() == 0  # collective
