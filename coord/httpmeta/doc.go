@@ -3,7 +3,7 @@
 //
 //	GET    /metadata?key=K   200 and the value, 404 when absent
 //	PUT    /metadata?key=K   200; the body is the value (a key containing "rpc_meta" that exists
-//	                         already is refused with 400, as Mooncake's server does)
+//	                         with another value is refused with 400, as Mooncake's servers do)
 //	DELETE /metadata?key=K   200, 404 when absent
 //
 // A request without a key gets 400, another method 405. [Server] serves it (`hmc store serve

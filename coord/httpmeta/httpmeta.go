@@ -71,9 +71,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.mu.Lock()
-		_, exists := h.kv[key]
+		old, exists := h.kv[key]
 		if exists && strings.Contains(key, "rpc_meta") {
 			h.mu.Unlock()
+			if bytes.Equal(old, v) {
+				_, _ = io.WriteString(w, "metadata unchanged")
+				return
+			}
 			http.Error(w, "Duplicate rpc_meta key not allowed", http.StatusBadRequest)
 			return
 		}
@@ -105,7 +109,7 @@ type Server struct {
 }
 
 // Listen serves the protocol at http://addr/path (addr "ip:port", port 0 picks one; path ""
-// is /metadata).
+// is /metadata), and GET /health ("OK"), as Mooncake's C++ metadata server.
 func Listen(addr, path string) (*Server, error) {
 	if path == "" {
 		path = "/metadata"
@@ -120,6 +124,7 @@ func Listen(addr, path string) (*Server, error) {
 	s := &Server{Handler: NewHandler(), l: l, path: path, done: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.Handle(path, s.Handler)
+	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "OK") })
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute}
 	go func() {
 		defer close(s.done)

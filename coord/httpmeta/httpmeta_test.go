@@ -54,6 +54,9 @@ func TestClientServer(t *testing.T) {
 	if err := c.Put(ctx, "mooncake/rpc_meta/x", []byte("2")); !errors.Is(err, status.ErrProtocol) || !strings.Contains(err.Error(), "400") {
 		t.Fatalf("duplicate rpc_meta: %v", err)
 	}
+	if err := c.Put(ctx, "mooncake/rpc_meta/x", []byte("1")); err != nil { // the same again: unchanged
+		t.Fatalf("same rpc_meta again: %v", err)
+	}
 	if s.Len() != 2 {
 		t.Fatalf("%d keys", s.Len())
 	}
@@ -67,8 +70,10 @@ func TestClientServer(t *testing.T) {
 	for _, tc := range []struct {
 		method, query string
 		code          int
-	}{{"GET", "", 400}, {"GET", "?key=%20", 400}, {"POST", "?key=a", 405}} {
-		req, _ := http.NewRequest(tc.method, s.URL()+tc.query, nil)
+		url           string
+	}{{"GET", "", 400, s.URL()}, {"GET", "?key=%20", 400, s.URL()}, {"POST", "?key=a", 405, s.URL()},
+		{"GET", "", 200, strings.TrimSuffix(s.URL(), "/metadata") + "/health"}} {
+		req, _ := http.NewRequest(tc.method, tc.url+tc.query, nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
