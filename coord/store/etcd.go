@@ -107,7 +107,7 @@ func (e *etcdClient) start(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("%w: etcd lease: %w", ErrIO, err)
+		return fmt.Errorf("%w: etcd lease from %v: %w", ErrIO, e.cli.Endpoints(), err)
 	}
 	e.lease.Store(int64(lease.ID))
 	bg, stop := context.WithCancel(context.Background())
