@@ -259,9 +259,11 @@ int hmc_store_group_close(uint64_t group);
 
 /* ---- Transfer engine (Go package fabric/trans): one-sided transfers between named peers ----
  * An engine is named by its unique id "ip:port" ("[v6]:port"; port 0 picks one), the address
- * of its request socket. metadata: "tcp://..." (embedded store), "etcd://...", or
- * "P2PHANDSHAKE" / NULL (no store). role: 1 sender, 2 receiver (does not initiate), 3 or 0 both.
- * protocols: "shm,tcp" (order of preference; shm only reaches peers on this host), NULL: that.
+ * of its request socket. metadata: "tcp://..." (embedded store), "etcd://..." or a bare
+ * "host:port" (etcd), "http://host:port/path" (Mooncake's HTTP metadata server), "redis://...",
+ * or "P2PHANDSHAKE" / NULL (none). role: 1 sender, 2 receiver (does not initiate), 3 or 0 both.
+ * protocols: "shm,tcp" (order of preference; shm only reaches peers on this host), NULL: that;
+ * "rdma" alone is Mooncake's: shm and UCX's RDMA (tcp with MC_FORCE_TCP=1).
  * Remote addresses are the peer's own virtual addresses inside memory it registered; anything
  * else is NOT_FOUND (unregistered) or INVALID_CONFIG (past a registered range's end). */
 int hmc_trans_create(const char *metadata, const char *unique_id, int role, const char *protocols,

@@ -70,8 +70,9 @@ func kinds(p string) ([]transport.ConnType, error) {
 }
 
 // hmc_trans_create starts an engine named unique_id ("ip:port", port 0: any) on metadata
-// (tcp://, etcd://, or P2PHANDSHAKE / empty for none); role 1 sender, 2 receiver, 3 both (0: both);
-// protocols "shm,tcp" in order of preference (NULL or "auto": the default).
+// (tcp://, etcd:// or host:port, http://, redis://, or P2PHANDSHAKE / empty for none); role 1
+// sender, 2 receiver, 3 both (0: both); protocols "shm,tcp" in order of preference (NULL or
+// "auto": the default), or Mooncake's "rdma".
 //
 //export hmc_trans_create
 func hmc_trans_create(metadata, uniqueID *C.char, role C.int, protocols *C.char, timeoutMS C.int, out *C.uint64_t) C.int {
