@@ -487,8 +487,11 @@ class TransferEngine:
 
     def allocate_managed_buffer(self, length):
         """length bytes of registered, shareable memory; its address, or 0 on failure."""
-        n = _u64("length", length, 1)
+        n = _u64("length", length)
         if not self._ready("allocate_managed_buffer"):
+            return 0
+        if n == 0:
+            self._fail("allocate_managed_buffer: length 0 (at least 1 byte)")
             return 0
         out = ctypes.c_uint64()
         if self._rc(_L.hmc_trans_malloc(self._h, n, ctypes.byref(out)), "allocate_managed_buffer") != 0:

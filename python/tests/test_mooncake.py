@@ -204,6 +204,7 @@ def test_surface_and_argument_checks(side):
     assert te.transfer_sync_write(side.target, side.local, 4096, 8) == -1
     assert te.last_error and "{" not in te.last_error
     assert te.transfer_sync_write(side.target, side.local, side.remote, 8) == 0 and te.last_error == ""
+    assert te.allocate_managed_buffer(0) == 0 and "length 0" in te.last_error
     # Bytes helpers refuse memory the engine does not know (Mooncake would copy, or crash).
     assert te.write_bytes_to_buffer(8, b"x", 1) == -1
     with pytest.raises(RuntimeError, match="device memory"):
