@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"runtime/trace"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -47,8 +48,13 @@ func buildVersion() string {
 			tags = " tags=" + s.Value
 		}
 	}
-	if rev != "" {
-		v += " " + rev + dirty
+	if rev != "" && !strings.Contains(v, rev) { // a pseudo-version names the commit already
+		v += " " + rev
+	}
+	if rev != "" && !strings.HasSuffix(v, "+dirty") {
+		v += dirty
+	} else if rev == "" && v == "(devel)" {
+		v += " (no VCS revision: built with -buildvcs=false; go install -buildvcs=auto ./cmd/hmc stamps it)"
 	}
 	return v + " " + bi.GoVersion + tags
 }

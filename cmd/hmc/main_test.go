@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,5 +72,25 @@ func TestProfile(t *testing.T) {
 		if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
 			t.Fatalf("%s: %v", name, err)
 		}
+	}
+}
+
+// `hmc version` built from this checkout with VCS stamping names the module's pseudo-version
+// and so the commit; the commit is the checkout's HEAD.
+func TestVersionNamesTheCommit(t *testing.T) {
+	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skip("not a git checkout:", err)
+	}
+	bin := filepath.Join(t.TempDir(), "hmc")
+	if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rev := strings.TrimSpace(string(head))[:12]; !strings.Contains(string(out), rev) || !strings.Contains(string(out), "v0.0.0-") {
+		t.Fatalf("version %q does not name module version and commit %s", out, rev)
 	}
 }
