@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
+	"time"
 )
 
 // The shared-secret handshake (docs/wire/store.md): after the connect request a server that has
@@ -31,6 +33,50 @@ func writeResult(w io.Writer, c Code) error {
 	binary.LittleEndian.PutUint16(b[:], uint16(c))
 	_, err := w.Write(b[:])
 	return err
+}
+
+// reasonMagic starts the text the server sends after a refusing connect result (an extension:
+// upstream's clients close the link on a refusal without reading further, and a client of ours
+// facing a server that sends none sees the link close).
+const reasonMagic = "HMCR"
+
+// maxReason bounds a refusal reason's length.
+const maxReason = 1024
+
+// writeRefusal answers a connect request with result c (not success) and why, the reason.
+func writeRefusal(w io.Writer, c Code, why error) error {
+	if err := writeResult(w, c); err != nil {
+		return err
+	}
+	msg := why.Error()
+	if len(msg) > maxReason {
+		msg = msg[:maxReason]
+	}
+	b := make([]byte, len(reasonMagic)+2+len(msg))
+	copy(b, reasonMagic)
+	binary.LittleEndian.PutUint16(b[len(reasonMagic):], uint16(len(msg)))
+	copy(b[len(reasonMagic)+2:], msg)
+	_, err := w.Write(b)
+	return err
+}
+
+// readReason reads the reason that may follow a refusal, within a second; "" when none comes
+// (an upstream server, or an older one of ours) or it is malformed.
+func readReason(c net.Conn) string {
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	hdr := make([]byte, len(reasonMagic)+2)
+	if _, err := io.ReadFull(c, hdr); err != nil || string(hdr[:len(reasonMagic)]) != reasonMagic {
+		return ""
+	}
+	n := int(binary.LittleEndian.Uint16(hdr[len(reasonMagic):]))
+	if n > maxReason {
+		return ""
+	}
+	msg := make([]byte, n)
+	if _, err := io.ReadFull(c, msg); err != nil {
+		return ""
+	}
+	return strings.ToValidUTF8(string(msg), "?")
 }
 
 func readResult(r io.Reader) (Code, error) {

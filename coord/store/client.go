@@ -69,8 +69,9 @@ func dialTCP(ctx context.Context, addr string, cfg Config) (*tcpClient, error) {
 	var d net.Dialer
 	var conn net.Conn
 	start := time.Now()
+	nag := newNagger(cfg.Logger, "tcp://"+addr, cfg.DialTimeout)
 	var last error // the last refusal, not the deadline cutting the last attempt short
-	for tries := 0; ; tries++ {
+	for {
 		var err error
 		conn, err = d.DialContext(ctx, "tcp", addr)
 		if err == nil {
@@ -79,9 +80,7 @@ func dialTCP(ctx context.Context, addr string, cfg Config) (*tcpClient, error) {
 		if ctx.Err() == nil || last == nil {
 			last = err
 		}
-		if tries == 0 { // say so at once; the store may simply not be up yet
-			cfg.Logger.Warn("no store yet, retrying every 100 ms", "url", "tcp://"+addr, "err", err, "until", cfg.DialTimeout)
-		}
+		nag.failed(err) // at once, then every few seconds: the store may simply not be up yet
 		select {
 		case <-ctx.Done():
 			// Name the last refusal, not only the deadline: "connection refused" says nobody listens.
@@ -187,10 +186,17 @@ func (c *tcpClient) handshake(ctx context.Context, conn net.Conn, rank int) (net
 		}
 	}
 	if res != CodeSuccess {
-		if req.Rank != noRankWire {
-			return conn, fmt.Errorf("%w: the store refused rank %d in world %d (taken, or outside the store's world)", errFor(res), rank, c.cfg.WorldSize)
+		why := readReason(conn)
+		if why == "" { // a server that does not say why
+			why = "no reason given"
+			if req.Rank != noRankWire {
+				why = "taken, or outside the store's world"
+			}
 		}
-		return conn, fmt.Errorf("%w: the store refused the connection", errFor(res))
+		if req.Rank != noRankWire {
+			return conn, fmt.Errorf("%w: the store at tcp://%s refused rank %d in world %d: %s", errFor(res), c.addr, rank, c.cfg.WorldSize, why)
+		}
+		return conn, fmt.Errorf("%w: the store at tcp://%s refused the connection: %s", errFor(res), c.addr, why)
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return conn, nil

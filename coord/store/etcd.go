@@ -102,12 +102,34 @@ func (e *etcdClient) start(ctx context.Context) error {
 		ttl = 2
 	}
 	var lease *clientv3.LeaseGrantResponse
+	// While the lease is not granted, say so within half a second, then every few seconds (an
+	// attempt to an etcd that is not there only fails at its own timeout).
+	nag := newNagger(e.cfg.Logger, "etcd://"+strings.Join(e.cli.Endpoints(), ","), e.cfg.DialTimeout)
+	granted := make(chan struct{})
+	var nagging sync.WaitGroup
+	nagging.Add(1)
+	go func() {
+		defer nagging.Done()
+		t := time.NewTimer(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-granted:
+				return
+			case <-t.C:
+				nag.failed(errors.Join(errors.New("no lease yet"), dialProbe(e.cli.Endpoints())))
+				t.Reset(nagEvery)
+			}
+		}
+	}()
 	err := e.retry(dctx, func(actx context.Context) (err error) {
 		lease, err = e.cli.Grant(actx, ttl)
 		return err
 	})
+	close(granted)
+	nagging.Wait()
 	if err != nil {
-		return fmt.Errorf("%w: etcd lease from %v: %w", ErrIO, e.cli.Endpoints(), err)
+		return fmt.Errorf("%w: etcd at %v: no lease within %v: %w", ErrIO, e.cli.Endpoints(), e.cfg.DialTimeout, errors.Join(err, dialProbe(e.cli.Endpoints())))
 	}
 	e.lease.Store(int64(lease.ID))
 	bg, stop := context.WithCancel(context.Background())

@@ -196,7 +196,7 @@ func (s *Server) serve(c net.Conn) {
 	if err != nil {
 		s.log.Warn("store: bad connect request", "remote", c.RemoteAddr(), "err", err)
 		s.event("refused", NoRank)
-		_ = writeResult(c, CodeOf(err))
+		_ = writeRefusal(c, CodeOf(err), err)
 		return
 	}
 	if len(s.cfg.Secret) > 0 {
@@ -215,7 +215,7 @@ func (s *Server) serve(c net.Conn) {
 			rank = int(req.Rank)
 		}
 		s.event("refused", rank)
-		_ = writeResult(c, CodeOf(err))
+		_ = writeRefusal(c, CodeOf(err), err)
 		return
 	}
 	var endErr error // why the link ended: io.EOF is a client that closed it
