@@ -69,7 +69,11 @@ func dialTCP(ctx context.Context, addr string, cfg Config) (*tcpClient, error) {
 	var d net.Dialer
 	var conn net.Conn
 	start := time.Now()
-	nag := newNagger(cfg.Logger, "tcp://"+addr, cfg.DialTimeout)
+	wait := cfg.DialTimeout
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+		wait = time.Until(dl).Round(time.Millisecond)
+	}
+	nag := newNagger(cfg.Logger, "tcp://"+addr, wait)
 	var last error // the last refusal, not the deadline cutting the last attempt short
 	for {
 		var err error

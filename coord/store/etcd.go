@@ -104,7 +104,11 @@ func (e *etcdClient) start(ctx context.Context) error {
 	var lease *clientv3.LeaseGrantResponse
 	// While the lease is not granted, say so within half a second, then every few seconds (an
 	// attempt to an etcd that is not there only fails at its own timeout).
-	nag := newNagger(e.cfg.Logger, "etcd://"+strings.Join(e.cli.Endpoints(), ","), e.cfg.DialTimeout)
+	wait := e.cfg.DialTimeout
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+		wait = time.Until(dl).Round(time.Millisecond)
+	}
+	nag := newNagger(e.cfg.Logger, "etcd://"+strings.Join(e.cli.Endpoints(), ","), wait)
 	granted := make(chan struct{})
 	var nagging sync.WaitGroup
 	nagging.Add(1)
@@ -117,7 +121,7 @@ func (e *etcdClient) start(ctx context.Context) error {
 			case <-granted:
 				return
 			case <-t.C:
-				nag.failed(errors.Join(errors.New("no lease yet"), dialProbe(e.cli.Endpoints())))
+				nag.failed(join(errors.New("no lease yet"), dialProbe(e.cli.Endpoints())))
 				t.Reset(nagEvery)
 			}
 		}
@@ -129,7 +133,7 @@ func (e *etcdClient) start(ctx context.Context) error {
 	close(granted)
 	nagging.Wait()
 	if err != nil {
-		return fmt.Errorf("%w: etcd at %v: no lease within %v: %w", ErrIO, e.cli.Endpoints(), e.cfg.DialTimeout, errors.Join(err, dialProbe(e.cli.Endpoints())))
+		return fmt.Errorf("%w: etcd at %v: no lease within %v: %w", ErrIO, e.cli.Endpoints(), wait, join(err, dialProbe(e.cli.Endpoints())))
 	}
 	e.lease.Store(int64(lease.ID))
 	bg, stop := context.WithCancel(context.Background())

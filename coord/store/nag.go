@@ -1,9 +1,9 @@
 package store
 
 import (
-	"errors"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 )
 
@@ -39,7 +39,7 @@ func (n *nagger) failed(err error) {
 // dialProbe dials each endpoint once (300 ms each): nil when one answers, else every dial's
 // error ("connection refused" says nobody listens there).
 func dialProbe(endpoints []string) error {
-	var errs []error
+	var errs oneLine
 	for _, ep := range endpoints {
 		c, err := net.DialTimeout("tcp", ep, 300*time.Millisecond)
 		if err == nil {
@@ -48,5 +48,35 @@ func dialProbe(endpoints []string) error {
 		}
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return oneLine(errs)
+}
+
+// oneLine is errors.Join on one line ("a; b"): the errors end up in single-line messages (a C
+// caller's last error, a log attribute).
+type oneLine []error
+
+func (e oneLine) Error() string {
+	s := make([]string, 0, len(e))
+	for _, err := range e {
+		if err != nil {
+			s = append(s, err.Error())
+		}
+	}
+	return strings.Join(s, "; ")
+}
+
+func (e oneLine) Unwrap() []error { return e }
+
+// join is errors.Join on one line; nil when every error is nil.
+func join(errs ...error) error {
+	var out oneLine
+	for _, err := range errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	if out == nil {
+		return nil
+	}
+	return out
 }

@@ -269,3 +269,18 @@ def test_concurrent_batches(side):
     got = te.read_bytes_from_buffer(scratch, total)
     want = b"".join(bytes([(w * 31 + j) % 256]) * block for w in range(n) for j in range(per))
     assert got == want
+
+
+def test_metadata_server_not_there(compat_dir):
+    # An etcd that is not there: initialize says so on stderr within a second, then every few
+    # seconds, and returns -1 at MC_TRANSFER_TIMEOUT naming the address and the dial error.
+    code = ("import time; from mooncake.engine import TransferEngine; te = TransferEngine(); t = time.time(); "
+            "rc = te.initialize('127.0.0.1', '127.0.0.1:%d', 'tcp', ''); print(rc, round(time.time() - t, 1)); "
+            "print(te.last_error)" % free_port())
+    env = dict(os.environ, MC_TRANSFER_TIMEOUT="5", PYTHONPATH=os.pathsep.join([compat_dir, os.path.join(HERE, "..")]))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rc, took = r.stdout.split("\n")[0].split()
+    assert rc == "-1" and float(took) < 10, r.stdout
+    assert "connection refused" in r.stdout and "etcd at [127.0.0.1:" in r.stdout, r.stdout
+    assert r.stderr.count("store: not reachable yet") >= 2, r.stderr

@@ -81,6 +81,7 @@ func hmc_trans_create(metadata, uniqueID *C.char, role C.int, protocols *C.char,
 			return fmt.Errorf("hmc: trans create with null arguments: %w", status.ErrInvalidConfig)
 		}
 		cfg := trans.DefaultConfig()
+		cfg.Logger = cabi.Logger()
 		if role != 0 {
 			cfg.Role = trans.Role(role)
 		}
