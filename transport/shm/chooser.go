@@ -12,7 +12,7 @@ import (
 //
 // Sharing pays only while a core is free for the helpers. When other processes keep every core
 // busy, a helper is descheduled in the middle of its piece and the caller waits for it, and a
-// shared copy can cost more than one memcpy; with a free core it costs half (docs/performance.md,
+// shared copy can cost more than one memcpy; with a free core it costs half (docs/performance.md "Shared memory",
 // bench/compare-shm-cores.sh). No load figure says which case holds (/proc shows the host from
 // inside a container, and a core free now may be taken a millisecond later), so the copies
 // measure it: each size class (a power of two) keeps a moving average of the time per byte of
