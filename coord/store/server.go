@@ -298,10 +298,14 @@ func (s *Server) dropLink(l *link, why error) {
 		delete(s.rankLink, l.rank)
 		// Subscribers get the same rank-down event either way (upstream's semantics); the log
 		// says which it was.
-		if errors.Is(why, io.EOF) {
+		switch {
+		case errors.Is(why, io.EOF):
 			s.log.Info("store: rank left (its client closed the link)", "rank", l.rank)
 			s.event("rank_left", l.rank)
-		} else {
+		case s.closed: // this server is closing: it ended the link, nothing was lost
+			s.log.Info("store: rank's link closed (the store is shutting down)", "rank", l.rank)
+			s.event("rank_left", l.rank)
+		default:
 			s.log.Warn("store: rank down (link lost)", "rank", l.rank, "err", why)
 			s.event("rank_lost", l.rank)
 		}

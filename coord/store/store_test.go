@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,7 @@ type logLines struct {
 	mu    sync.Mutex
 	lines []string
 	times []time.Time
+	warns []string // the lines at warning level or above
 }
 
 func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
@@ -78,6 +80,9 @@ func (l *logLines) Handle(_ context.Context, r slog.Record) error {
 	})
 	l.mu.Lock()
 	l.lines, l.times = append(l.lines, msg), append(l.times, r.Time)
+	if r.Level >= slog.LevelWarn {
+		l.warns = append(l.warns, msg)
+	}
 	l.mu.Unlock()
 	return nil
 }
@@ -109,6 +114,32 @@ func TestOpenNoStoreSaysWhy(t *testing.T) {
 				t.Fatalf("logged %d lines in 4.5 s: %q", len(logs.lines), logs.lines)
 			}
 		})
+	}
+}
+
+// A server shutting down ends its clients' links: that is logged as a leave (info), not as a
+// lost link (warning).
+func TestShutdownIsNotALoss(t *testing.T) {
+	logs := &logLines{}
+	srv, err := store.Listen("tcp://127.0.0.1:0", store.ServerConfig{Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := store.Open(context.Background(), srv.URL(), store.Config{Ranking: store.Explicit, Rank: 0, WorldSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	if len(logs.warns) != 0 {
+		t.Fatalf("warnings at a clean shutdown: %q", logs.warns)
+	}
+	if !slices.ContainsFunc(logs.lines, func(l string) bool { return strings.Contains(l, "shutting down") }) {
+		t.Fatalf("no info line for the closed link: %q", logs.lines)
 	}
 }
 

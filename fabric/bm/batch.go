@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"time"
 
+	"github.com/hmc-go/hmc/coord/group"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
@@ -56,6 +59,43 @@ func (b *BigMemory) CopyBatch(ctx context.Context, ps []CopyParams, t CopyType, 
 	return b.run(ctx, items)
 }
 
+// awaitJoins waits for the ranks items reach that have never been members here to join,
+// within ctx and the control timeout: a copy issued before its peer has joined (ranks start in
+// any order) runs once it has. A rank that was a member and is gone is not waited for: its
+// copies fail with ErrRankDown when they run.
+func (b *BigMemory) awaitJoins(ctx context.Context, items []item) error {
+	var want []int
+	for _, it := range items {
+		for _, e := range [2]end{it.s, it.d} {
+			if (e.w == globalHost || e.w == globalDevice) && e.rank != b.rank && !slices.Contains(want, e.rank) {
+				want = append(want, e.rank)
+			}
+		}
+	}
+	for _, r := range want {
+		b.mu.RLock()
+		_, member := b.members[r]
+		seen, joined := b.seen[r], b.joined
+		b.mu.RUnlock()
+		if member || seen || !joined || b.grp.View().Has(r) {
+			continue
+		}
+		start := time.Now()
+		b.log.Info("bm: waiting for a rank to join", "rank", r, "up to", b.ctl)
+		wctx, cancel := context.WithTimeout(ctx, b.ctl)
+		_, err := b.grp.WaitView(wctx, func(v group.View) bool { return v.Has(r) })
+		cancel()
+		if err != nil {
+			if cerr := status.FromContext(ctx); cerr != nil && !errors.Is(cerr, status.ErrTimeout) {
+				return fmt.Errorf("bm: waiting for rank %d to join: %w", r, cerr)
+			}
+			return fmt.Errorf("bm: rank %d has not joined (waited %v): %w", r, time.Since(start).Round(time.Millisecond), status.ErrTimeout)
+		}
+		b.log.Info("bm: rank joined; copies to it run", "rank", r, "waited", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
 func (b *BigMemory) usable() error {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
@@ -68,6 +108,9 @@ func (b *BigMemory) usable() error {
 // run executes resolved items: merged per rank pair; the one-sided ones of a pair posted on one
 // endpoint together; the rest one by one.
 func (b *BigMemory) run(ctx context.Context, items []item) error {
+	if err := b.awaitJoins(ctx, items); err != nil {
+		return err
+	}
 	if len(items) == 1 {
 		return b.copyOne(ctx, items[0].s, items[0].d, items[0].n)
 	}

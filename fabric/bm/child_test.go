@@ -127,6 +127,9 @@ func runChild(mode string) error {
 		cfg.Rank, _ = strconv.Atoi(r)
 	}
 	cfg.BindIP = os.Getenv("HMC_BM_BIND") // another network namespace's address (netns tests)
+	if d, err := time.ParseDuration(os.Getenv("HMC_BM_CTL")); err == nil {
+		cfg.ControlTimeout = d
+	}
 	f, err := Init(ctx, url, world, 0, cfg)
 	if err != nil {
 		return err
@@ -155,6 +158,22 @@ func runChild(mode string) error {
 		<-ctx.Done()
 		return nil
 	}
+	switch mode {
+	case "early", "never":
+		return early(ctx, b, me, mode)
+	case "late":
+		if err := b.WaitMembers(ctx, world); err != nil {
+			return err
+		}
+		if err := b.Barrier(ctx); err != nil { // after the early rank's write
+			return err
+		}
+		if err := check(b.Local()[:64<<10], func(i int) byte { return tag(0, me, i) }); err != nil {
+			return fmt.Errorf("the early rank's write: %w", err)
+		}
+		fmt.Println("CHECKED", me)
+		return nil
+	}
 	if err := b.WaitMembers(ctx, world); err != nil {
 		return err
 	}
@@ -176,6 +195,40 @@ func runChild(mode string) error {
 		return outlivePartition(ctx, b, me, world)
 	}
 	return fmt.Errorf("unknown mode %q", mode)
+}
+
+// early writes into rank 1's slice before rank 1 has joined: the copy waits for the join and
+// runs ("early"), or, when rank 1 never comes, fails at the control timeout saying so ("never").
+func early(ctx context.Context, b *BigMemory, me int, mode string) error {
+	dst, err := b.PtrByMemType(Host, 1)
+	if err != nil {
+		return err
+	}
+	w := make([]byte, 64<<10)
+	fill(w, func(i int) byte { return tag(me, 1, i) })
+	fmt.Println("WRITING", me)
+	start := time.Now()
+	err = b.Write(ctx, dst, w)
+	took := time.Since(start)
+	if mode == "never" {
+		if err == nil || !errors.Is(err, status.ErrTimeout) || !strings.Contains(err.Error(), "rank 1 has not joined") {
+			return fmt.Errorf("a write to a rank that never joins: %v, want 'rank 1 has not joined' (a timeout)", err)
+		}
+		fmt.Printf("NOTJOINED %.1f %v\n", took.Seconds(), err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("a write issued before rank 1 joined: %w", err)
+	}
+	back := make([]byte, len(w))
+	if err := b.Read(ctx, back, dst); err != nil {
+		return err
+	}
+	if err := check(back, func(i int) byte { return tag(me, 1, i) }); err != nil {
+		return fmt.Errorf("read back: %w", err)
+	}
+	fmt.Printf("WROTE %.1f\n", took.Seconds())
+	return b.Barrier(ctx)
 }
 
 func copies(ctx context.Context, b *BigMemory, me, world int) error {

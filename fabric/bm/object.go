@@ -78,6 +78,7 @@ type BigMemory struct {
 
 	mu      sync.RWMutex
 	members map[int]*member           // guarded by mu
+	seen    map[int]bool              // ranks ever admitted (a rank not here has never joined); guarded by mu
 	user    map[uint64]*buffer.Region // RegisterUserMem, by address; guarded by mu
 	joined  bool                      // guarded by mu
 	closed  bool                      // guarded by mu
@@ -111,7 +112,7 @@ func (f *Fabric) Create(ctx context.Context, id int, o Options) (b *BigMemory, e
 		return nil, fmt.Errorf("bm: object %d exists: %w", id, status.ErrInvalidConfig)
 	}
 	b = &BigMemory{f: f, id: id, opts: o, rank: f.Rank(), log: f.log.With("bm", id), ctl: f.cfg.ControlTimeout,
-		table: buffer.NewTable(), tags: tags, members: make(map[int]*member), user: make(map[uint64]*buffer.Region)}
+		table: buffer.NewTable(), tags: tags, members: make(map[int]*member), seen: make(map[int]bool), user: make(map[uint64]*buffer.Region)}
 	f.objects[id] = b
 	f.mu.Unlock()
 	made := b // the error returns below return a nil b
@@ -319,6 +320,7 @@ func (b *BigMemory) Leave(ctx context.Context) error {
 	b.joined = false
 	b.mu.Unlock()
 	b.follow(group.View{})
+	b.log.Info("bm: left", "rank", b.rank)
 	return nil
 }
 
@@ -445,6 +447,7 @@ func (b *BigMemory) admit(r int) error {
 	}
 	b.mu.Lock()
 	b.members[r] = m
+	b.seen[r] = true
 	b.mu.Unlock()
 	b.log.Debug("bm: member admitted", "rank", r, "mapped", m.mapd != nil)
 	return nil
@@ -482,7 +485,7 @@ func (b *BigMemory) drop(m *member) {
 	}
 	m.mu.Unlock()
 	b.mesh.Remove(m.rank)
-	b.log.Info("bm: member dropped", "rank", m.rank)
+	b.log.Info("bm: member dropped (it left, or died)", "rank", m.rank)
 }
 
 // member returns rank r's member entry (not this rank). A rank the group has but this

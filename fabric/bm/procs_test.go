@@ -69,6 +69,30 @@ func listen(t *testing.T, world int) *store.Server {
 	return srv
 }
 
+// A copy to a rank that has not joined yet waits for it (ranks start in any order) and runs
+// once it has, bytes checked by both; one to a rank that never joins fails at the control
+// timeout saying "rank 1 has not joined", not "peer closed".
+func TestCopyBeforeJoin(t *testing.T) {
+	srv := listen(t, 2)
+	p0 := spawn(t, srv.URL(), "early", 2, "HMC_BM_RANK=0", "HMC_BM_OPS=tcp")
+	p0.expect(t, "WRITING", 60*time.Second)
+	time.Sleep(time.Second) // the write waits meanwhile
+	p1 := spawn(t, srv.URL(), "late", 2, "HMC_BM_RANK=1", "HMC_BM_OPS=tcp")
+	l := p0.expect(t, "WROTE", 60*time.Second)
+	var took float64
+	if _, err := fmt.Sscanf(l, "WROTE %f", &took); err != nil || took < 0.9 {
+		t.Fatalf("%q: the write did not wait for the join", l)
+	}
+	p1.expect(t, "CHECKED", 60*time.Second)
+
+	srv2 := listen(t, 2)
+	p := spawn(t, srv2.URL(), "never", 2, "HMC_BM_RANK=0", "HMC_BM_OPS=tcp", "HMC_BM_CTL=2s")
+	l = p.expect(t, "NOTJOINED", 30*time.Second)
+	if _, err := fmt.Sscanf(l, "NOTJOINED %f", &took); err != nil || took < 1.5 || took > 6 {
+		t.Fatalf("%q: want a failure after about the 2 s control timeout", l)
+	}
+}
+
 // Every copy type between 8 processes (4 with -short), byte-checked, over TCP only, shared
 // memory (slices mapped at their GVAs), and a mix of tags where only some pairs share memory;
 // with emulated GPU memory so the HBM paths run too.
