@@ -63,3 +63,13 @@ def test_paths_and_tls_key():
     assert mf.set_conf_store_tls_key("", "pw") != 0
     with pytest.raises(TypeError):
         mf.set_conf_store_tls_key("key", "pw", "not callable")
+
+
+@pytest.mark.parametrize("face", ["bm", "shm", "trans"])
+def test_examples(face):
+    # docs/memfabric.md's starting points run as documented: two ranks, each checks what it got.
+    ex = os.path.join(HERE, "..", "examples", "memfabric_faces.py")
+    r = subprocess.run([sys.executable, ex, face], capture_output=True, text=True, timeout=180,
+                       env=dict(os.environ, PYTHONPATH=os.path.join(HERE, "..")))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 0: ok" in r.stdout and "rank 1: ok" in r.stdout, r.stdout
