@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/hmc-go/hmc/coord/httpmeta"
@@ -59,7 +58,7 @@ type kvMeta interface {
 // server.
 func (e *Engine) openKV(ctx context.Context, url string) error {
 	if strings.HasPrefix(url, "redis://") {
-		r, err := openRedis(url, e.cfg.Timeout)
+		r, err := openRedis(url, e.cfg.Redis, e.cfg.Timeout)
 		if err != nil {
 			return fmt.Errorf("trans: %w", err)
 		}
@@ -127,13 +126,13 @@ func (e *Engine) bound(ctx context.Context) (context.Context, context.CancelFunc
 
 // Protocol turns a Mooncake protocol name into the transports an engine uses: "tcp" is TCP;
 // "rdma" is UCX's RDMA transports (a -tags ucx build on a host with an RDMA device), or TCP
-// when the environment sets MC_FORCE_TCP=1, Mooncake's own switch; "ucx" is UCX over any
-// device; "shm" is shared memory. Peers on this host use shared memory whatever the protocol.
-// Names of Mooncake transports that have no counterpart here ("efa", "nvlink", "ascend",
-// "cxl", ...) are refused with the reason.
-func Protocol(name string) ([]transport.ConnType, error) {
+// with forceTCP (Mooncake's MC_FORCE_TCP=1, which the C and Python faces read); "ucx" is UCX
+// over any device; "shm" is shared memory. Peers on this host use shared memory whatever the
+// protocol. Names of Mooncake transports that have no counterpart here ("efa", "nvlink",
+// "ascend", "cxl", ...) are refused with the reason.
+func Protocol(name string, forceTCP bool) ([]transport.ConnType, error) {
 	p := strings.ToLower(strings.TrimSpace(name))
-	if p == "rdma" && os.Getenv("MC_FORCE_TCP") == "1" {
+	if p == "rdma" && forceTCP {
 		p = "tcp"
 	}
 	switch p {

@@ -45,7 +45,7 @@ func TestRedisMetadata(t *testing.T) {
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	url := "redis://" + addr
-	r, err := openRedis(url, time.Second)
+	r, err := openRedis(url, RedisConfig{}, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,9 +59,10 @@ func TestRedisMetadata(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	testKVMetadata(t, url, r)
-	t.Setenv("MC_REDIS_DB_INDEX", "300")
-	if _, err := Create(context.Background(), url, "127.0.0.1:0", DefaultConfig()); !errors.Is(err, status.ErrInvalidConfig) {
-		t.Fatalf("MC_REDIS_DB_INDEX=300: %v", err)
+	cfg := DefaultConfig()
+	cfg.Redis.DB = 300
+	if _, err := Create(context.Background(), url, "127.0.0.1:0", cfg); !errors.Is(err, status.ErrInvalidConfig) {
+		t.Fatalf("database 300: %v", err)
 	}
 }
 
@@ -132,30 +133,27 @@ func TestNormalizeMetadata(t *testing.T) {
 }
 
 func TestProtocol(t *testing.T) {
-	t.Setenv("MC_FORCE_TCP", "")
 	for name, want := range map[string][]transport.ConnType{
 		"tcp":  {transport.SHM, transport.TCP},
 		"TCP":  {transport.SHM, transport.TCP},
 		"rdma": {transport.SHM, transport.RDMA},
 		"ucx":  {transport.SHM, transport.UCX},
 	} {
-		got, err := Protocol(name)
+		got, err := Protocol(name, false)
 		if err != nil || len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 			t.Errorf("Protocol(%q) = %v, %v; want %v", name, got, err, want)
 		}
 	}
 	for _, name := range []string{"efa", "nvlink", "ascend", "cxl", "xgmi"} {
-		if _, err := Protocol(name); !errors.Is(err, status.ErrUnsupported) || !strings.Contains(err.Error(), "tcp, rdma") {
+		if _, err := Protocol(name, false); !errors.Is(err, status.ErrUnsupported) || !strings.Contains(err.Error(), "tcp, rdma") {
 			t.Errorf("Protocol(%q): %v", name, err)
 		}
 	}
-	t.Setenv("MC_FORCE_TCP", "1")
-	if got, _ := Protocol("rdma"); got[1] != transport.TCP {
-		t.Errorf("rdma with MC_FORCE_TCP=1: %v", got)
+	if got, _ := Protocol("rdma", true); got[1] != transport.TCP {
+		t.Errorf("rdma forced to tcp: %v", got)
 	}
-	os.Unsetenv("MC_FORCE_TCP")
 	// Without an RDMA device (or UCX in the build) "rdma" fails at Create, saying how to pick tcp.
-	ks, _ := Protocol("rdma")
+	ks, _ := Protocol("rdma", false)
 	cfg := DefaultConfig()
 	cfg.Kinds = ks
 	e, err := Create(context.Background(), P2P, "127.0.0.1:0", cfg)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -15,9 +13,15 @@ import (
 	"github.com/hmc-go/hmc/status"
 )
 
+// RedisConfig is how an engine logs in to a Redis metadata server (Mooncake's
+// MC_REDIS_USERNAME, MC_REDIS_PASSWORD and MC_REDIS_DB_INDEX, which the C and Python faces read).
+type RedisConfig struct {
+	Username, Password string
+	DB                 int // 0..255
+}
+
 // redisMeta is a Redis server as metadata (Mooncake's redis:// plugin): keys set, read and
-// deleted with SET, GET and DEL. As Mooncake, MC_REDIS_USERNAME, MC_REDIS_PASSWORD and
-// MC_REDIS_DB_INDEX (0..255) configure the connection.
+// deleted with SET, GET and DEL.
 type redisMeta struct {
 	c   *redis.Client
 	url string
@@ -31,22 +35,17 @@ func (quiet) Printf(context.Context, string, ...any) {}
 
 var quietOnce sync.Once
 
-func openRedis(url string, timeout time.Duration) (*redisMeta, error) {
+func openRedis(url string, rc RedisConfig, timeout time.Duration) (*redisMeta, error) {
 	quietOnce.Do(func() { redis.SetLogger(quiet{}) })
 	addr := strings.TrimSuffix(strings.TrimPrefix(url, "redis://"), "/")
 	if _, err := redis.ParseURL("redis://" + addr); err != nil || addr == "" || strings.ContainsAny(addr, "/?@") {
 		return nil, fmt.Errorf("redis metadata server %q (want redis://host:port): %w", url, status.ErrInvalidConfig)
 	}
-	db := 0
-	if s := os.Getenv("MC_REDIS_DB_INDEX"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 || n > 255 {
-			return nil, fmt.Errorf("MC_REDIS_DB_INDEX=%q (want 0..255): %w", s, status.ErrInvalidConfig)
-		}
-		db = n
+	if rc.DB < 0 || rc.DB > 255 {
+		return nil, fmt.Errorf("redis database %d (want 0..255): %w", rc.DB, status.ErrInvalidConfig)
 	}
-	c := redis.NewClient(&redis.Options{Addr: addr, Username: os.Getenv("MC_REDIS_USERNAME"), Password: os.Getenv("MC_REDIS_PASSWORD"),
-		DB: db, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, MaxRetries: 1, DisableIdentity: true})
+	c := redis.NewClient(&redis.Options{Addr: addr, Username: rc.Username, Password: rc.Password,
+		DB: rc.DB, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, MaxRetries: 1, DisableIdentity: true})
 	return &redisMeta{c: c, url: url}, nil
 }
 

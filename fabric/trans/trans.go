@@ -54,6 +54,8 @@ type Config struct {
 	// requests and every data link (package auth).
 	Secret []byte
 	TLS    *tls.Config
+	// Redis logs in to a redis:// metadata server.
+	Redis RedisConfig
 	// Transports builds the transports; nil: comm.DefaultRegistry.
 	Transports *comm.Registry
 	// Logger receives connection and peer events; nil discards them.

@@ -12,6 +12,8 @@ import "C"
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -53,13 +55,13 @@ func kinds(p string) ([]transport.ConnType, error) {
 		return nil, nil
 	}
 	if p == "rdma" {
-		return trans.Protocol(p) // Mooncake's: UCX's RDMA transports, or TCP with MC_FORCE_TCP=1
+		return trans.Protocol(p, os.Getenv("MC_FORCE_TCP") == "1") // Mooncake's: UCX's RDMA, or TCP when forced
 	}
 	var ks []transport.ConnType
 	for _, s := range strings.Split(p, ",") {
 		k, err := transport.ParseConnType(s)
 		if err != nil {
-			if _, perr := trans.Protocol(s); perr != nil {
+			if _, perr := trans.Protocol(s, false); perr != nil {
 				return nil, perr // names Mooncake's transports too, with the reason
 			}
 			return nil, err
@@ -67,6 +69,20 @@ func kinds(p string) ([]transport.ConnType, error) {
 		ks = append(ks, k)
 	}
 	return ks, nil
+}
+
+// redisFromEnv is Mooncake's Redis login: MC_REDIS_USERNAME, MC_REDIS_PASSWORD and
+// MC_REDIS_DB_INDEX (0..255).
+func redisFromEnv() (trans.RedisConfig, error) {
+	rc := trans.RedisConfig{Username: os.Getenv("MC_REDIS_USERNAME"), Password: os.Getenv("MC_REDIS_PASSWORD")}
+	if s := os.Getenv("MC_REDIS_DB_INDEX"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > 255 {
+			return rc, fmt.Errorf("hmc: MC_REDIS_DB_INDEX=%q (want 0..255): %w", s, status.ErrInvalidConfig)
+		}
+		rc.DB = n
+	}
+	return rc, nil
 }
 
 // hmc_trans_create starts an engine named unique_id ("ip:port", port 0: any) on metadata
@@ -82,6 +98,12 @@ func hmc_trans_create(metadata, uniqueID *C.char, role C.int, protocols *C.char,
 		}
 		cfg := trans.DefaultConfig()
 		cfg.Logger = cabi.Logger()
+		var err error
+		if strings.HasPrefix(goString(metadata), "redis://") {
+			if cfg.Redis, err = redisFromEnv(); err != nil {
+				return err
+			}
+		}
 		if role != 0 {
 			cfg.Role = trans.Role(role)
 		}
