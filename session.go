@@ -38,8 +38,19 @@ type Session struct {
 	buf  *buffer.ConnBuffer
 	comm *comm.Communicator
 
-	mu      sync.Mutex
-	localIP string // guarded by mu: InitServer may set it while Connect reads it
+	mu        sync.Mutex
+	localIP   string         // guarded by mu: InitServer may set it while Connect reads it
+	ctrlForce ctrl.Transport // guarded by mu: the control transport Connect must use
+	forced    bool           // guarded by mu: whether ctrlForce is set
+}
+
+// ForceCtrlTransport makes Connect use t for every control link (the Python SDK's
+// CTRL_TRANSPORT, which the C and Python faces read and pass here) instead of choosing: a Unix
+// socket for a peer on this Session's IP, TCP otherwise.
+func (s *Session) ForceCtrlTransport(t ctrl.Transport) {
+	s.mu.Lock()
+	s.ctrlForce, s.forced = t, true
+	s.mu.Unlock()
 }
 
 // NewSession allocates a bufferSize-byte ConnBuffer of memType on deviceID and a Communicator
@@ -107,21 +118,21 @@ func (s *Session) InitServer(bindIP string, dataPort, ctrlTCPPort int, selfID ui
 }
 
 // Connect connects to rank peerID at peerIP (data on dataPort). The control link is a Unix
-// socket in udsDir when CTRL_TRANSPORT=uds, or when it is unset and the peer's IP equals this
-// Session's local IP (and udsDir is non-empty); otherwise TCP to peerIP:ctrlTCPPort.
+// socket in udsDir when ForceCtrlTransport(UDS) was called, or when no transport was forced and
+// the peer's IP equals this Session's local IP (and udsDir is non-empty); otherwise TCP to
+// peerIP:ctrlTCPPort.
 func (s *Session) Connect(ctx context.Context, peerID, selfID uint32, peerIP string, dataPort, ctrlTCPPort int, udsDir string, ct ConnType) error {
 	if s.comm.Peer(peerIP, dataPort, ct).Check() == nil {
 		return nil
 	}
 	link := comm.CtrlLink{Transport: ctrl.TCP, IP: peerIP, Port: ctrlTCPPort}
-	t, forced := ctrl.TransportFromEnv()
 	s.mu.Lock()
-	localIP := s.localIP
+	localIP, t, forced := s.localIP, s.ctrlForce, s.forced
 	s.mu.Unlock()
 	useUDS := (forced && t == ctrl.UDS) || (!forced && localIP != "" && localIP != "0.0.0.0" && localIP == peerIP && udsDir != "")
 	if useUDS {
 		if udsDir == "" {
-			return fmt.Errorf("hmc: CTRL_TRANSPORT=uds needs a UDS directory: %w", status.ErrInvalidConfig)
+			return fmt.Errorf("hmc: a forced UDS control link (CTRL_TRANSPORT=uds) needs a UDS directory: %w", status.ErrInvalidConfig)
 		}
 		link = comm.CtrlLink{Transport: ctrl.UDS, UDSPath: ctrl.UDSPathFor(udsDir, peerID)}
 	}

@@ -7,14 +7,15 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/hmc-go/hmc/ctrl"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestSessionRoundTrip(t *testing.T) {
-	for _, env := range []string{"", "tcp", "uds"} {
-		t.Run("CTRL_TRANSPORT="+env, func(t *testing.T) {
-			t.Setenv("CTRL_TRANSPORT", env)
+	for _, force := range []string{"", "tcp", "uds"} {
+		t.Run("ctrl="+force, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			dir := t.TempDir()
@@ -32,6 +33,12 @@ func TestSessionRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cli.Close()
+			switch force {
+			case "tcp":
+				cli.ForceCtrlTransport(ctrl.TCP)
+			case "uds":
+				cli.ForceCtrlTransport(ctrl.UDS)
+			}
 			if err := cli.Connect(ctx, 0, 1, "127.0.0.1", dataPort, srv.Comm().CtrlAddr().Port, dir, AUTO); err != nil {
 				t.Fatal(err)
 			}
@@ -94,9 +101,9 @@ func TestSessionErrors(t *testing.T) {
 	if _, err := NewSession(0, 10, CPU, -1, ""); CodeOf(err) != InvalidConfig {
 		t.Fatal(err)
 	}
-	t.Setenv("CTRL_TRANSPORT", "uds")
 	s, _ := NewSession(0, 10, CPU, 1, "")
 	defer s.Close()
+	s.ForceCtrlTransport(ctrl.UDS)
 	if err := s.Connect(context.Background(), 0, 1, "127.0.0.1", 1, 1, "", TCP); CodeOf(err) != InvalidConfig {
 		t.Fatal(err)
 	}

@@ -38,20 +38,6 @@ func (t Transport) String() string {
 	return fmt.Sprintf("Transport(%d)", int(t))
 }
 
-// TransportFromEnv reads CTRL_TRANSPORT as the Python SDK does: "uds" forces UDS, any other
-// non-empty value forces TCP, and ok is false when the variable is unset or empty (let the caller
-// choose). Facades and the CLI call it; nothing below them reads the environment.
-func TransportFromEnv() (t Transport, ok bool) {
-	v := strings.TrimSpace(os.Getenv("CTRL_TRANSPORT"))
-	if v == "" {
-		return TCP, false
-	}
-	if strings.EqualFold(v, "uds") {
-		return UDS, true
-	}
-	return TCP, true
-}
-
 // UDSPathFor returns the Unix socket path of rank in dir: dir (without one trailing slash) +
 // "/hmc_ctrl_rank_<rank>.sock", as upstream.
 func UDSPathFor(dir string, rank uint32) string {

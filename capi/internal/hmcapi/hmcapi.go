@@ -11,6 +11,8 @@ import "C"
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/hmc-go/hmc/capi/internal/cabi"
 	"github.com/hmc-go/hmc/collective"
 	"github.com/hmc-go/hmc/comm"
+	"github.com/hmc-go/hmc/ctrl"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 )
@@ -125,6 +128,18 @@ func hmc_memory_close(h C.uint64_t) C.int {
 
 // ---- Session (ConnBuffer + Communicator) ----
 
+// ctrlFromEnv applies CTRL_TRANSPORT as the Python SDK reads it: "uds" forces Unix control
+// sockets, any other non-empty value TCP; unset or empty lets the Session choose.
+func ctrlFromEnv(s *hmc.Session) {
+	switch v := strings.TrimSpace(os.Getenv("CTRL_TRANSPORT")); {
+	case v == "":
+	case strings.EqualFold(v, "uds"):
+		s.ForceCtrlTransport(ctrl.UDS)
+	default:
+		s.ForceCtrlTransport(ctrl.TCP)
+	}
+}
+
 //export hmc_session_create
 func hmc_session_create(deviceID C.int, bufferSize C.uint64_t, memType, numChs C.int, localIP *C.char, out *C.uint64_t) C.int {
 	return call(func() error {
@@ -135,6 +150,7 @@ func hmc_session_create(deviceID C.int, bufferSize C.uint64_t, memType, numChs C
 		if err != nil {
 			return err
 		}
+		ctrlFromEnv(s)
 		*out = C.uint64_t(cabi.Add(s))
 		return nil
 	})
@@ -163,6 +179,7 @@ func hmc_session_create_secure(deviceID C.int, bufferSize C.uint64_t, memType, n
 		if err != nil {
 			return err
 		}
+		ctrlFromEnv(s)
 		*out = C.uint64_t(cabi.Add(s))
 		return nil
 	})
