@@ -51,8 +51,11 @@ type Config struct {
 	// SHMWorkers is the copy goroutines of a shared-memory endpoint (shm.Config.Workers; 0:
 	// GOMAXPROCS, at most 8; 1: the caller alone).
 	SHMWorkers int
-	Window     int         // transfers kept in flight for put/get, a sliding window (1: blocking)
-	Mem        memory.Type // where the source lives: CPU or a device type
+	// UCXSpin is how long UCX's progress loop and waits busy-poll, in µs (ucx.Config.SpinTime;
+	// 0: its default).
+	UCXSpin int
+	Window  int         // transfers kept in flight for put/get, a sliding window (1: blocking)
+	Mem     memory.Type // where the source lives: CPU or a device type
 	// BufferMem is where the client's registered buffer lives (default CPU). A device type
 	// measures plain puts and gets of a GPU ConnBuffer: the transport moves device memory itself
 	// (UCX with CUDA support) or stages it through its pinned ring, overlapping copies and I/O.
@@ -245,6 +248,7 @@ func Run(ctx context.Context, cfg Config, onResult func(Result)) error {
 	defer buf.Close()
 	arr := newArrivals()
 	c, err := comm.New(buf, comm.Config{NumChannels: cfg.Lanes, TCP: tcp.Config{ChunkSize: cfg.Chunk, BusyPoll: cfg.BusyPoll}, SHM: shm.Config{Workers: cfg.SHMWorkers},
+		UCX:           ucx.Config{SpinTime: cfg.UCXSpin},
 		OnRemoteWrite: arr.notify, Observer: cfg.Observer, Auth: cfg.Auth,
 		Stream: comm.StreamConfig{SlotSize: min(4<<20, max(maxSize/4, 64<<10), buf.Size()/2)}})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 	"github.com/hmc-go/hmc/transport/tcp"
+	"github.com/hmc-go/hmc/transport/ucx"
 )
 
 // Ranks of the two benchmark processes.
@@ -45,6 +46,7 @@ type ServerConfig struct {
 	Transport  transport.ConnType
 	BusyPoll   time.Duration // spin on reads before parking (tcp.Config.BusyPoll)
 	UCXAlloc   bool          // with Transport UCX, UCX allocates the buffer (see Config.UCXAlloc)
+	UCXSpin    int           // UCX busy-poll time in µs (ucx.Config.SpinTime; 0: its default)
 	Auth       auth.Config   // authenticate every link (comm.Config.Auth); zero: none
 }
 
@@ -57,7 +59,7 @@ func Serve(ctx context.Context, cfg ServerConfig, ready func(dataAddr string, ct
 	}
 	defer buf.Close()
 	arr := newArrivals()
-	c, err := comm.New(buf, comm.Config{TCP: tcp.Config{BusyPoll: cfg.BusyPoll}, OnRemoteWrite: arr.notify, Auth: cfg.Auth})
+	c, err := comm.New(buf, comm.Config{TCP: tcp.Config{BusyPoll: cfg.BusyPoll}, UCX: ucx.Config{SpinTime: cfg.UCXSpin}, OnRemoteWrite: arr.notify, Auth: cfg.Auth})
 	if err != nil {
 		return err
 	}

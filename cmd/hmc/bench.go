@@ -95,7 +95,7 @@ func (f *benchFlags) config(cmd *cobra.Command) (bench.Config, error) {
 		return bench.Config{}, err
 	}
 	cfg := bench.Config{Transport: ct, Op: f.op, Mode: f.mode, Sizes: sz, Iters: f.iters, Duration: f.duration,
-		Warmup: f.warmup, Lanes: f.lanes, Chunk: chunk, BusyPoll: f.busyPoll, SHMWorkers: f.shmWorkers, Window: f.window, Mem: mt, BufferMem: bt, UCXAlloc: f.ucxAlloc, Verify: f.verify, Notify: f.notify, Auth: a}
+		Warmup: f.warmup, Lanes: f.lanes, Chunk: chunk, BusyPoll: f.busyPoll, SHMWorkers: f.shmWorkers, Window: f.window, Mem: mt, BufferMem: bt, UCXAlloc: f.ucxAlloc, UCXSpin: ucxSpinFromEnv(), Verify: f.verify, Notify: f.notify, Auth: a}
 	// Everything is checked before a server child starts or a byte is allocated.
 	if err := cfg.Validate(); err != nil {
 		return bench.Config{}, err
@@ -213,7 +213,7 @@ func serverCmd() *cobra.Command {
 			defer stop()
 			out := cmd.OutOrStdout()
 			for {
-				err := bench.Serve(ctx, bench.ServerConfig{BindIP: bind, DataPort: dataPort, CtrlPort: ctrlPort, BufferSize: size, Transport: ct, BusyPoll: busyPoll, UCXAlloc: ucxAlloc, Auth: a},
+				err := bench.Serve(ctx, bench.ServerConfig{BindIP: bind, DataPort: dataPort, CtrlPort: ctrlPort, BufferSize: size, Transport: ct, BusyPoll: busyPoll, UCXAlloc: ucxAlloc, UCXSpin: ucxSpinFromEnv(), Auth: a},
 					func(addr string, cp int) { fmt.Fprintf(out, "READY %s %d\n", addr, cp) })
 				if err != nil || !keep || ctx.Err() != nil {
 					if err == nil && ctx.Err() == nil && !child {
@@ -350,4 +350,13 @@ func runClient(ctx context.Context, out io.Writer, cfg bench.Config, f *benchFla
 		}
 	}
 	return nil
+}
+
+// ucxSpinFromEnv is HMC_UCX_SPIN_US, the UCX busy-poll time in µs (0: the transport's default).
+func ucxSpinFromEnv() int {
+	v, err := strconv.Atoi(os.Getenv("HMC_UCX_SPIN_US"))
+	if err != nil || v < 0 {
+		return 0
+	}
+	return v
 }

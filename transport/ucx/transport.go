@@ -10,8 +10,6 @@ import "C"
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,7 +32,7 @@ type Config struct {
 	TLS string
 	// SpinTime is how long, in microseconds, the progress loop busy-polls after activity before
 	// sleeping on the worker's event fd, and how long a Wait drives progress itself before it
-	// blocks. Default: HMC_UCX_SPIN_US from the environment, else 1000 (a target serving
+	// blocks. Default 1000 (cmd/hmc and the C face take HMC_UCX_SPIN_US; a target serving
 	// software-emulated RMA — UCX's shared-memory transports on memory UCX did not allocate —
 	// must answer each fragment; a sleeping target costs a thread wake-up per fragment).
 	SpinTime int
@@ -103,8 +101,7 @@ func NewRDMA(cfg Config) (transport.Transport, error) {
 	return New(cfg)
 }
 
-// DefaultConfig returns a Config with every default filled in (SpinTime from HMC_UCX_SPIN_US
-// when set).
+// DefaultConfig returns a Config with every default filled in.
 func DefaultConfig() Config {
 	c := Config{}
 	c.setDefaults()
@@ -114,9 +111,6 @@ func DefaultConfig() Config {
 func (c *Config) setDefaults() {
 	if c.SpinTime == 0 {
 		c.SpinTime = 1000
-		if v, err := strconv.Atoi(os.Getenv("HMC_UCX_SPIN_US")); err == nil && v > 0 {
-			c.SpinTime = v
-		}
 	}
 	if c.CloseTimeout == 0 {
 		c.CloseTimeout = defaultCloseTimeout

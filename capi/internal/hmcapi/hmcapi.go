@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -128,6 +129,13 @@ func hmc_memory_close(h C.uint64_t) C.int {
 
 // ---- Session (ConnBuffer + Communicator) ----
 
+// ucxFromEnv applies HMC_UCX_SPIN_US, the UCX busy-poll time in µs, to a session's config.
+func ucxFromEnv(c *comm.Config) {
+	if v, err := strconv.Atoi(os.Getenv("HMC_UCX_SPIN_US")); err == nil && v > 0 {
+		c.UCX.SpinTime = v
+	}
+}
+
 // ctrlFromEnv applies CTRL_TRANSPORT as the Python SDK reads it: "uds" forces Unix control
 // sockets, any other non-empty value TCP; unset or empty lets the Session choose.
 func ctrlFromEnv(s *hmc.Session) {
@@ -146,7 +154,7 @@ func hmc_session_create(deviceID C.int, bufferSize C.uint64_t, memType, numChs C
 		if out == nil {
 			return fmt.Errorf("hmc: null out handle: %w", status.ErrInvalidConfig)
 		}
-		s, err := hmc.NewSession(int(deviceID), uint64(bufferSize), memory.Type(memType), int(numChs), goString(localIP))
+		s, err := hmc.NewSession(int(deviceID), uint64(bufferSize), memory.Type(memType), int(numChs), goString(localIP), ucxFromEnv)
 		if err != nil {
 			return err
 		}
@@ -175,7 +183,7 @@ func hmc_session_create_secure(deviceID C.int, bufferSize C.uint64_t, memType, n
 			return err
 		}
 		a.TLS = tc
-		s, err := hmc.NewSession(int(deviceID), uint64(bufferSize), memory.Type(memType), int(numChs), goString(localIP), hmc.WithAuth(a))
+		s, err := hmc.NewSession(int(deviceID), uint64(bufferSize), memory.Type(memType), int(numChs), goString(localIP), hmc.WithAuth(a), ucxFromEnv)
 		if err != nil {
 			return err
 		}
