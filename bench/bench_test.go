@@ -15,6 +15,7 @@ import (
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
+	"github.com/hmc-go/hmc/transport/transporttest"
 	"github.com/hmc-go/hmc/transport/ucx"
 )
 
@@ -73,7 +74,7 @@ func TestServeAndRun(t *testing.T) {
 // every access through the device copy functions), every transfer checksummed at the server.
 func TestModesWithGPUSource(t *testing.T) {
 	if memory.Probe(memory.NvidiaGPU) != nil {
-		t.Setenv(memory.EmulateGPUEnv, "1")
+		transporttest.EmulateGPU(t)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -133,7 +134,7 @@ func TestMain(m *testing.M) {
 // peer's mapping. Every transfer is checksummed.
 func TestDeviceBuffer(t *testing.T) {
 	if memory.Probe(memory.NvidiaGPU) != nil {
-		t.Setenv(memory.EmulateGPUEnv, "1")
+		transporttest.EmulateGPU(t)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

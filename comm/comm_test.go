@@ -337,7 +337,7 @@ func testTargetPutsBack(t *testing.T, ct transport.ConnType) {
 // staging). The child's buffer is host memory and checks every byte.
 func TestDeviceBufferTwoProcesses(t *testing.T) {
 	if memory.Probe(memory.NvidiaGPU) != nil {
-		t.Setenv(memory.EmulateGPUEnv, "1")
+		transporttest.EmulateGPU(t)
 	}
 	for _, ct := range []transport.ConnType{transport.TCP, transport.AUTO} {
 		t.Run(ct.String(), func(t *testing.T) {

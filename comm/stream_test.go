@@ -68,7 +68,7 @@ func TestStreamRingShapes(t *testing.T) {
 // A stream from device memory keeps the device open, with the ring page-locked, until Close,
 // which releases it; after Close no device is opened again.
 func TestDeviceStagingLifetime(t *testing.T) {
-	t.Setenv(memory.EmulateGPUEnv, "1")
+	transporttest.EmulateGPU(t)
 	buf, err := buffer.New(0, 8<<20, memory.CPU)
 	if err != nil {
 		t.Fatal(err)

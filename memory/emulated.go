@@ -2,7 +2,7 @@ package memory
 
 import (
 	"fmt"
-	"os"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -10,14 +10,20 @@ import (
 	"github.com/hmc-go/hmc/status"
 )
 
-// EmulateGPUEnv, set to 1, makes NVIDIA_GPU memory an emulation in host memory when no CUDA
-// device is present: buffers hide their bytes (Bytes returns nil) and every access goes through
-// the device copy functions, as with a real GPU. It exists so that the device paths (staging
-// rings, g2h2g, --mem cuda) are exercised by tests on machines without a GPU; it is never
-// chosen unless asked for.
+// EmulateGPUEnv is the environment variable (HMC_EMULATE_GPU=1) with which cmd/hmc, the C
+// library and test processes turn SetEmulateGPU on; this package does not read it.
 const EmulateGPUEnv = "HMC_EMULATE_GPU"
 
-func emulating() bool { return os.Getenv(EmulateGPUEnv) == "1" }
+var emulate atomic.Bool
+
+// SetEmulateGPU turns on (or off) the emulation of NVIDIA_GPU memory in host memory where no
+// CUDA device is present: buffers hide their bytes (Bytes returns nil) and every access goes
+// through the device copy functions, as with a real GPU. It exists so that the device paths
+// (staging rings, g2h2g, --mem cuda) are exercised on machines without a GPU; it is never
+// chosen unless asked for. It returns the previous setting.
+func SetEmulateGPU(on bool) (was bool) { return emulate.Swap(on) }
+
+func emulating() bool { return emulate.Load() }
 
 // emulatedBackend is "device" memory that is really anonymous host memory, copied by the CPU.
 type emulatedBackend struct{ cpuCopies }

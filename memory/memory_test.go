@@ -308,7 +308,7 @@ func TestPinHost(t *testing.T) {
 // Copies and page locks after Close fail with ErrClosed instead of reaching a released device.
 func TestUseAfterClose(t *testing.T) {
 	realCUDA := Probe(NvidiaGPU) == nil
-	t.Setenv(EmulateGPUEnv, "1")
+	emulateGPU(t)
 	for _, ty := range []Type{CPU, NvidiaGPU} {
 		m, err := New(0, ty)
 		if err != nil {
@@ -424,7 +424,7 @@ func TestAdopt(t *testing.T) {
 func nvidiaOrEmulated(t *testing.T) *Memory {
 	t.Helper()
 	if Probe(NvidiaGPU) != nil {
-		t.Setenv(EmulateGPUEnv, "1")
+		emulateGPU(t)
 	}
 	m, err := New(0, NvidiaGPU)
 	if err != nil {
@@ -432,4 +432,10 @@ func nvidiaOrEmulated(t *testing.T) *Memory {
 	}
 	t.Cleanup(func() { m.Close() })
 	return m
+}
+
+// emulateGPU turns the GPU emulation on for the test.
+func emulateGPU(t *testing.T) {
+	was := SetEmulateGPU(true)
+	t.Cleanup(func() { SetEmulateGPU(was) })
 }

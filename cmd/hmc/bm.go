@@ -88,7 +88,8 @@ func (f *bmFlags) config() (bench.BMConfig, error) {
 		cfg.Types = strings.Split(f.types, ",")
 	}
 	if f.emulateGPU {
-		os.Setenv(memory.EmulateGPUEnv, "1")
+		memory.SetEmulateGPU(true)
+		os.Setenv(memory.EmulateGPUEnv, "1") // the rank children read it at start
 	}
 	return cfg, nil
 }

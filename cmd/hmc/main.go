@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/transport/ucx"
 )
 
@@ -63,6 +64,9 @@ func main() {
 	// A fault inside UCX (ucx builds) must reach Go's handler, which prints the Go stacks.
 	if err := ucx.ExecWithoutErrorSignals(); err != nil {
 		fmt.Fprintln(os.Stderr, "hmc:", err)
+	}
+	if os.Getenv(memory.EmulateGPUEnv) == "1" { // tests and CI without a GPU
+		memory.SetEmulateGPU(true)
 	}
 	stop := profile(os.Getenv("HMC_CPUPROFILE"))
 	stopTrace := traceTo(os.Getenv("HMC_TRACE"))

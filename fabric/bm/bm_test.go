@@ -15,6 +15,7 @@ import (
 	"github.com/hmc-go/hmc/coord/store/storetest"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport/transporttest"
 )
 
 func TestMain(m *testing.M) {
@@ -178,7 +179,7 @@ func TestSingleRankLayoutAndLocalCopies(t *testing.T) {
 }
 
 func TestHBMWithEmulatedGPU(t *testing.T) {
-	t.Setenv(memory.EmulateGPUEnv, "1")
+	transporttest.EmulateGPU(t)
 	const mib = 1 << 20
 	f, b := single(t, Options{LocalDRAM: 2 * mib, LocalHBM: 2 * mib})
 	ctx := testCtx(t)

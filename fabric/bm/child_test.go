@@ -115,6 +115,9 @@ func (l *logBuf) dump(w io.Writer, who string) {
 }
 
 func runChild(mode string) error {
+	if os.Getenv(memory.EmulateGPUEnv) == "1" {
+		memory.SetEmulateGPU(true)
+	}
 	url := os.Getenv("HMC_STORE_URL")
 	world, _ := strconv.Atoi(os.Getenv("HMC_WORLD"))
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)

@@ -13,13 +13,21 @@ import (
 	"github.com/hmc-go/hmc/transport"
 )
 
+// EmulateGPU turns the GPU emulation on for the test (memory.SetEmulateGPU), in this process
+// and, through HMC_EMULATE_GPU, in the child processes it starts (their TestMain applies it).
+func EmulateGPU(t testing.TB) {
+	t.Setenv(memory.EmulateGPUEnv, "1")
+	was := memory.SetEmulateGPU(true)
+	t.Cleanup(func() { memory.SetEmulateGPU(was) })
+}
+
 // DeviceBuf returns a GPU ConnBuffer of size bytes: a real one when a CUDA device is present,
-// else the emulation (memory.EmulateGPUEnv, set for the test), which hides its bytes as device
-// memory does. It is closed when the test ends.
+// else the emulation (EmulateGPU), which hides its bytes as device memory does. It is closed
+// when the test ends.
 func DeviceBuf(t testing.TB, size uint64) *buffer.ConnBuffer {
 	t.Helper()
 	if err := memory.Probe(memory.NvidiaGPU); err != nil {
-		t.Setenv(memory.EmulateGPUEnv, "1")
+		EmulateGPU(t)
 		t.Logf("GPU ConnBuffer emulated in host memory (no CUDA device: %v)", err)
 	} else {
 		t.Log("GPU ConnBuffer in CUDA device memory")

@@ -6,12 +6,22 @@ import (
 	"os"
 	"strings"
 	"sync"
+
+	"github.com/hmc-go/hmc/memory"
 )
 
 var (
 	logOnce sync.Once
 	logger  *slog.Logger
 )
+
+// The C library's process reads HMC_EMULATE_GPU=1 once, at load (the library itself reads no
+// environment): GPU memory emulated in host memory where no CUDA device exists, for tests.
+func init() {
+	if os.Getenv(memory.EmulateGPUEnv) == "1" {
+		memory.SetEmulateGPU(true)
+	}
+}
 
 // Logger is where the library's faces log for C and Python callers: standard error, at the
 // level HMC_LOG_LEVEL names (debug, info, warn, error or off; default warn), so a caller waiting
