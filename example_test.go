@@ -37,15 +37,16 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer cli.Close()
-	if err := cli.Connect(ctx, 0, 1, "127.0.0.1", dataPort, ctrlPort, dir, hmc.AUTO); err != nil {
+	peer, err := cli.Connect(ctx, 0, 1, "127.0.0.1", dataPort, ctrlPort, dir, hmc.AUTO)
+	if err != nil {
 		log.Fatal(err)
 	}
 	msg := []byte("hello hmc")
 	// straight from msg's memory into the server's buffer at offset 0; visible on return
-	if err := cli.PutFrom(ctx, "127.0.0.1", dataPort, msg, 0, hmc.AUTO); err != nil {
+	if err := peer.PutFrom(ctx, msg, 0); err != nil {
 		log.Fatal(err)
 	}
-	if err := cli.CtrlSend(ctx, 0, 1); err != nil { // safe: the bytes are already there
+	if err := peer.CtrlSend(ctx, 1); err != nil { // safe: the bytes are already there
 		log.Fatal(err)
 	}
 

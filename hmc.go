@@ -1,6 +1,7 @@
 package hmc
 
 import (
+	"github.com/hmc-go/hmc/comm"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
@@ -50,6 +51,10 @@ const (
 	MooreGPU        = memory.MooreGPU
 	HuaweiAscendNPU = memory.HuaweiAscendNPU
 )
+
+// Peer is a connected process's handle: the operations on its buffer and the control messages
+// to it (Session.Connect hands it out).
+type Peer = comm.Peer
 
 // ConnType names a transport (upstream ConnType plus TCP, SHM and AUTO).
 type ConnType = transport.ConnType

@@ -117,13 +117,16 @@ func (s *Session) InitServer(bindIP string, dataPort, ctrlTCPPort int, selfID ui
 	return s.comm.InitServer(bindIP, dataPort, ctrlTCPPort, uds, ct)
 }
 
-// Connect connects to rank peerID at peerIP (data on dataPort). The control link is a Unix
-// socket in udsDir when ForceCtrlTransport(UDS) was called, or when no transport was forced and
-// the peer's IP equals this Session's local IP (and udsDir is non-empty); otherwise TCP to
-// peerIP:ctrlTCPPort.
-func (s *Session) Connect(ctx context.Context, peerID, selfID uint32, peerIP string, dataPort, ctrlTCPPort int, udsDir string, ct ConnType) error {
-	if s.comm.Peer(peerIP, dataPort, ct).Check() == nil {
-		return nil
+// Connect connects to rank peerID at peerIP (data on dataPort) and returns the peer's handle,
+// which carries the operations (Put, Get, PutFrom, GetTo, their NB and pipelined forms,
+// streams, CtrlSend, Disconnect). Connecting again to a connected peer returns its handle. The
+// control link is a Unix socket in udsDir when ForceCtrlTransport(UDS) was called, or when no
+// transport was forced and the peer's IP equals this Session's local IP (and udsDir is
+// non-empty); otherwise TCP to peerIP:ctrlTCPPort.
+func (s *Session) Connect(ctx context.Context, peerID, selfID uint32, peerIP string, dataPort, ctrlTCPPort int, udsDir string, ct ConnType) (*Peer, error) {
+	p := s.comm.Peer(peerIP, dataPort, ct)
+	if p.Check() == nil {
+		return p, nil
 	}
 	link := comm.CtrlLink{Transport: ctrl.TCP, IP: peerIP, Port: ctrlTCPPort}
 	s.mu.Lock()
@@ -132,46 +135,19 @@ func (s *Session) Connect(ctx context.Context, peerID, selfID uint32, peerIP str
 	useUDS := (forced && t == ctrl.UDS) || (!forced && localIP != "" && localIP != "0.0.0.0" && localIP == peerIP && udsDir != "")
 	if useUDS {
 		if udsDir == "" {
-			return fmt.Errorf("hmc: a forced UDS control link (CTRL_TRANSPORT=uds) needs a UDS directory: %w", status.ErrInvalidConfig)
+			return nil, fmt.Errorf("hmc: a forced UDS control link (CTRL_TRANSPORT=uds) needs a UDS directory: %w", status.ErrInvalidConfig)
 		}
 		link = comm.CtrlLink{Transport: ctrl.UDS, UDSPath: ctrl.UDSPathFor(udsDir, peerID)}
 	}
-	return s.comm.ConnectTo(ctx, peerID, selfID, peerIP, dataPort, link, ct)
+	if err := s.comm.ConnectTo(ctx, peerID, selfID, peerIP, dataPort, link, ct); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
-// PutRemote puts local[localOff, +n) to the peer's buffer at remoteOff; it returns when the
-// bytes are visible there.
-func (s *Session) PutRemote(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct ConnType) error {
-	return s.comm.Peer(ip, port, ct).Put(ctx, localOff, remoteOff, n)
-}
-
-// PutFrom puts data — host memory of the caller's — to the peer's buffer at remoteOff without
-// staging it into the local buffer (the transport reads data in place), and returns when the
-// bytes are visible there. data must not change until it returns.
-func (s *Session) PutFrom(ctx context.Context, ip string, port int, data []byte, remoteOff uint64, ct ConnType) error {
-	return s.comm.Peer(ip, port, ct).PutFrom(ctx, data, remoteOff)
-}
-
-// GetTo gets len(dst) bytes of the peer's buffer at remoteOff straight into dst, host memory of
-// the caller's.
-func (s *Session) GetTo(ctx context.Context, ip string, port int, dst []byte, remoteOff uint64, ct ConnType) error {
-	return s.comm.Peer(ip, port, ct).GetTo(ctx, dst, remoteOff)
-}
-
-// GetRemote gets the peer's buffer [remoteOff, +n) into local[localOff, +n).
-func (s *Session) GetRemote(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct ConnType) error {
-	return s.comm.Peer(ip, port, ct).Get(ctx, localOff, remoteOff, n)
-}
-
-// PutNB starts a PutRemote and returns an id for Wait.
-func (s *Session) PutNB(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct ConnType) (uint64, error) {
-	return s.comm.Peer(ip, port, ct).PutNB(ctx, localOff, remoteOff, n)
-}
-
-// GetNB starts a GetRemote and returns an id for Wait.
-func (s *Session) GetNB(ctx context.Context, ip string, port int, localOff, remoteOff, n uint64, ct ConnType) (uint64, error) {
-	return s.comm.Peer(ip, port, ct).GetNB(ctx, localOff, remoteOff, n)
-}
+// Peer returns the handle of the process with control rank rank, connected by Connect or
+// connected to this Session (ErrNotFound otherwise).
+func (s *Session) Peer(rank uint32) (*Peer, error) { return s.comm.PeerByRank(rank) }
 
 // Wait waits for operation ids, in any order.
 func (s *Session) Wait(ctx context.Context, ids ...uint64) error { return s.comm.Wait(ctx, ids...) }
@@ -201,11 +177,6 @@ func (s *Session) GetInto(dst []byte, off uint64) error { return s.buf.ReadToCPU
 // CopyWithin copies n bytes inside the local buffer (overlap-safe on CPU buffers).
 func (s *Session) CopyWithin(dstOff, srcOff, n uint64) error {
 	return s.buf.CopyWithin(dstOff, srcOff, n)
-}
-
-// Disconnect closes the connection to the peer at (ip, port).
-func (s *Session) Disconnect(ip string, port int, ct ConnType) error {
-	return s.comm.Peer(ip, port, ct).Disconnect()
 }
 
 // CloseServer stops the data servers and the control plane; it never exits the process.

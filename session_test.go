@@ -39,17 +39,21 @@ func TestSessionRoundTrip(t *testing.T) {
 			case "uds":
 				cli.ForceCtrlTransport(ctrl.UDS)
 			}
-			if err := cli.Connect(ctx, 0, 1, "127.0.0.1", dataPort, srv.Comm().CtrlAddr().Port, dir, AUTO); err != nil {
+			peer, err := cli.Connect(ctx, 0, 1, "127.0.0.1", dataPort, srv.Comm().CtrlAddr().Port, dir, AUTO)
+			if err != nil {
 				t.Fatal(err)
+			}
+			if again, err := cli.Connect(ctx, 0, 1, "127.0.0.1", dataPort, srv.Comm().CtrlAddr().Port, dir, AUTO); err != nil || again.String() != peer.String() {
+				t.Fatalf("connecting again: %v, %v", again, err)
 			}
 			n, err := cli.Put([]byte("hello hmc"), 0)
 			if err != nil || n != 9 {
 				t.Fatal(n, err)
 			}
-			if err := cli.PutRemote(ctx, "127.0.0.1", dataPort, 0, 100, n, AUTO); err != nil {
+			if err := peer.Put(ctx, 0, 100, n); err != nil {
 				t.Fatal(err)
 			}
-			if err := cli.CtrlSend(ctx, 0, 1); err != nil {
+			if err := peer.CtrlSend(ctx, 1); err != nil {
 				t.Fatal(err)
 			}
 			if tag, err := srv.CtrlRecv(ctx, 1); err != nil || tag != 1 {
@@ -60,7 +64,11 @@ func TestSessionRoundTrip(t *testing.T) {
 				t.Fatalf("%q %v", got, err)
 			}
 			// NB get back into another offset, then CopyWithin.
-			id, err := cli.GetNB(ctx, "127.0.0.1", dataPort, 500, 100, 9, TCP)
+			byRank, err := cli.Peer(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, err := byRank.GetNB(ctx, 500, 100, 9)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,10 +86,10 @@ func TestSessionRoundTrip(t *testing.T) {
 			if _, err := cli.Put(make([]byte, 10), 1<<20-5); CodeOf(err) != InvalidConfig || !errors.Is(err, ErrOutOfRange) {
 				t.Fatal(err)
 			}
-			if err := cli.Disconnect("127.0.0.1", dataPort, TCP); err != nil {
+			if err := peer.Disconnect(); err != nil {
 				t.Fatal(err)
 			}
-			if err := cli.PutRemote(ctx, "127.0.0.1", dataPort, 0, 0, 1, TCP); CodeOf(err) != NotFound {
+			if err := peer.Put(ctx, 0, 0, 1); CodeOf(err) != NotFound {
 				t.Fatalf("not connected: %v", err)
 			}
 			if err := srv.CloseServer(); err != nil {
@@ -104,7 +112,7 @@ func TestSessionErrors(t *testing.T) {
 	s, _ := NewSession(0, 10, CPU, 1, "")
 	defer s.Close()
 	s.ForceCtrlTransport(ctrl.UDS)
-	if err := s.Connect(context.Background(), 0, 1, "127.0.0.1", 1, 1, "", TCP); CodeOf(err) != InvalidConfig {
+	if _, err := s.Connect(context.Background(), 0, 1, "127.0.0.1", 1, 1, "", TCP); CodeOf(err) != InvalidConfig {
 		t.Fatal(err)
 	}
 }
@@ -122,9 +130,12 @@ func TestSessionInitServerAndConnectConcurrently(t *testing.T) {
 	dataPort := srv.DataPort()
 	cli := newSession(t, "")
 	errs := make(chan error, 2)
+	peers := make(chan *Peer, 1)
 	go func() { errs <- cli.InitServer("127.0.0.1", 0, 0, 1, dir, TCP) }()
 	go func() {
-		errs <- cli.Connect(ctx, 0, 1, "127.0.0.1", dataPort, srv.Comm().CtrlAddr().Port, dir, TCP)
+		p, err := cli.Connect(ctx, 0, 1, "127.0.0.1", dataPort, srv.Comm().CtrlAddr().Port, dir, TCP)
+		peers <- p
+		errs <- err
 	}()
 	for range 2 {
 		if err := <-errs; err != nil {
@@ -134,7 +145,7 @@ func TestSessionInitServerAndConnectConcurrently(t *testing.T) {
 	if _, err := cli.Put([]byte("x"), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := cli.PutRemote(ctx, "127.0.0.1", dataPort, 0, 0, 1, TCP); err != nil {
+	if err := (<-peers).Put(ctx, 0, 0, 1); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -193,6 +193,12 @@ func hmc_session_create_secure(deviceID C.int, bufferSize C.uint64_t, memType, n
 	})
 }
 
+// peerAt is the seeds' (ip, port, conn) addressing of the C and Python SDK: the handle of the
+// peer behind it, looked up per call (the Go facade hands handles out instead).
+func peerAt(s *hmc.Session, ip *C.char, port, conn C.int) *hmc.Peer {
+	return s.Comm().Peer(goString(ip), int(port), hmc.ConnType(conn))
+}
+
 func session(h C.uint64_t) (*hmc.Session, error) { return cabi.Get[*hmc.Session](uint64(h)) }
 
 // withSession runs f on the session behind handle h, as call does.
@@ -257,21 +263,22 @@ func hmc_session_connect(h C.uint64_t, peerID, selfID C.uint32_t, peerIP *C.char
 	return withSession(h, func(s *hmc.Session) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
-		return s.Connect(ctx, uint32(peerID), uint32(selfID), goString(peerIP), int(dataPort), int(ctrlTCPPort), goString(udsDir), hmc.ConnType(conn))
+		_, err := s.Connect(ctx, uint32(peerID), uint32(selfID), goString(peerIP), int(dataPort), int(ctrlTCPPort), goString(udsDir), hmc.ConnType(conn))
+		return err
 	})
 }
 
 //export hmc_session_check_conn
 func hmc_session_check_conn(h C.uint64_t, ip *C.char, port, conn C.int) C.int {
 	return withSession(h, func(s *hmc.Session) error {
-		return s.Comm().Peer(goString(ip), int(port), hmc.ConnType(conn)).Check()
+		return peerAt(s, ip, port, conn).Check()
 	})
 }
 
 //export hmc_session_disconnect
 func hmc_session_disconnect(h C.uint64_t, ip *C.char, port, conn C.int) C.int {
 	return withSession(h, func(s *hmc.Session) error {
-		return s.Disconnect(goString(ip), int(port), hmc.ConnType(conn))
+		return peerAt(s, ip, port, conn).Disconnect()
 	})
 }
 
@@ -287,7 +294,7 @@ func hmc_session_put(h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff, 
 	return withSession(h, func(s *hmc.Session) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
-		return s.PutRemote(ctx, goString(ip), int(port), uint64(localOff), uint64(remoteOff), uint64(n), hmc.ConnType(conn))
+		return peerAt(s, ip, port, conn).Put(ctx, uint64(localOff), uint64(remoteOff), uint64(n))
 	})
 }
 
@@ -300,7 +307,7 @@ func hmc_session_put_from(h C.uint64_t, ip *C.char, port C.int, src unsafe.Point
 		}
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
-		return s.PutFrom(ctx, goString(ip), int(port), b, uint64(remoteOff), hmc.ConnType(conn))
+		return peerAt(s, ip, port, conn).PutFrom(ctx, b, uint64(remoteOff))
 	})
 }
 
@@ -313,7 +320,7 @@ func hmc_session_get_to(h C.uint64_t, ip *C.char, port C.int, dst unsafe.Pointer
 		}
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
-		return s.GetTo(ctx, goString(ip), int(port), b, uint64(remoteOff), hmc.ConnType(conn))
+		return peerAt(s, ip, port, conn).GetTo(ctx, b, uint64(remoteOff))
 	})
 }
 
@@ -322,7 +329,7 @@ func hmc_session_get(h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff, 
 	return withSession(h, func(s *hmc.Session) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
-		return s.GetRemote(ctx, goString(ip), int(port), uint64(localOff), uint64(remoteOff), uint64(n), hmc.ConnType(conn))
+		return peerAt(s, ip, port, conn).Get(ctx, uint64(localOff), uint64(remoteOff), uint64(n))
 	})
 }
 
@@ -346,9 +353,9 @@ func postNB(put bool, h C.uint64_t, ip *C.char, port C.int, localOff, remoteOff,
 			err error
 		)
 		if put {
-			v, err = s.PutNB(context.Background(), goString(ip), int(port), uint64(localOff), uint64(remoteOff), uint64(n), hmc.ConnType(conn))
+			v, err = peerAt(s, ip, port, conn).PutNB(context.Background(), uint64(localOff), uint64(remoteOff), uint64(n))
 		} else {
-			v, err = s.GetNB(context.Background(), goString(ip), int(port), uint64(localOff), uint64(remoteOff), uint64(n), hmc.ConnType(conn))
+			v, err = peerAt(s, ip, port, conn).GetNB(context.Background(), uint64(localOff), uint64(remoteOff), uint64(n))
 		}
 		if err != nil {
 			return err
@@ -390,7 +397,7 @@ func pipeline(put bool, h C.uint64_t, ip *C.char, port C.int, localOff, remoteOf
 	return withSession(h, func(s *hmc.Session) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
-		p := s.Comm().Peer(goString(ip), int(port), hmc.ConnType(conn))
+		p := peerAt(s, ip, port, conn)
 		f := p.GetPipeline
 		if put {
 			f = p.PutPipeline
@@ -412,7 +419,7 @@ func hmc_session_send_data(h C.uint64_t, ip *C.char, port C.int, src C.uint64_t,
 	return withSession(h, func(s *hmc.Session) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
-		return s.Comm().Peer(goString(ip), int(port), hmc.ConnType(conn)).SendDataTo(ctx, streamData(src, n, memType, deviceID))
+		return peerAt(s, ip, port, conn).SendDataTo(ctx, streamData(src, n, memType, deviceID))
 	})
 }
 
@@ -421,7 +428,7 @@ func hmc_session_recv_data(h C.uint64_t, ip *C.char, port C.int, dst C.uint64_t,
 	return withSession(h, func(s *hmc.Session) error {
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
-		got, err := s.Comm().Peer(goString(ip), int(port), hmc.ConnType(conn)).RecvDataFrom(ctx, streamData(dst, capacity, memType, deviceID))
+		got, err := peerAt(s, ip, port, conn).RecvDataFrom(ctx, streamData(dst, capacity, memType, deviceID))
 		if received != nil {
 			*received = C.uint64_t(got)
 		}
