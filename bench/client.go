@@ -20,6 +20,7 @@ import (
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 	"github.com/hmc-go/hmc/transport/shm"
+	"github.com/hmc-go/hmc/transport/stack"
 	"github.com/hmc-go/hmc/transport/tcp"
 	"github.com/hmc-go/hmc/transport/ucx"
 )
@@ -247,8 +248,12 @@ func Run(ctx context.Context, cfg Config, onResult func(Result)) error {
 	}
 	defer buf.Close()
 	arr := newArrivals()
-	c, err := comm.New(buf, comm.Config{NumChannels: cfg.Lanes, TCP: tcp.Config{ChunkSize: cfg.Chunk, BusyPoll: cfg.BusyPoll}, SHM: shm.Config{Workers: cfg.SHMWorkers},
-		UCX:           ucx.Config{SpinTime: cfg.UCXSpin},
+	reg, err := stack.New(stack.Config{TCP: tcp.Config{ChunkSize: cfg.Chunk, BusyPoll: cfg.BusyPoll}, SHM: shm.Config{Workers: cfg.SHMWorkers},
+		UCX: ucx.Config{SpinTime: cfg.UCXSpin}, Auth: cfg.Auth})
+	if err != nil {
+		return err
+	}
+	c, err := comm.New(buf, comm.Config{NumChannels: cfg.Lanes, Transports: reg,
 		OnRemoteWrite: arr.notify, Observer: cfg.Observer, Auth: cfg.Auth,
 		Stream: comm.StreamConfig{SlotSize: min(4<<20, max(maxSize/4, 64<<10), buf.Size()/2)}})
 	if err != nil {

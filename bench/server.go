@@ -12,6 +12,7 @@ import (
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
+	"github.com/hmc-go/hmc/transport/stack"
 	"github.com/hmc-go/hmc/transport/tcp"
 	"github.com/hmc-go/hmc/transport/ucx"
 )
@@ -59,7 +60,11 @@ func Serve(ctx context.Context, cfg ServerConfig, ready func(dataAddr string, ct
 	}
 	defer buf.Close()
 	arr := newArrivals()
-	c, err := comm.New(buf, comm.Config{TCP: tcp.Config{BusyPoll: cfg.BusyPoll}, UCX: ucx.Config{SpinTime: cfg.UCXSpin}, OnRemoteWrite: arr.notify, Auth: cfg.Auth})
+	reg, err := stack.New(stack.Config{TCP: tcp.Config{BusyPoll: cfg.BusyPoll}, UCX: ucx.Config{SpinTime: cfg.UCXSpin}, Auth: cfg.Auth})
+	if err != nil {
+		return err
+	}
+	c, err := comm.New(buf, comm.Config{Transports: reg, OnRemoteWrite: arr.notify, Auth: cfg.Auth})
 	if err != nil {
 		return err
 	}

@@ -17,9 +17,7 @@ import (
 	"github.com/hmc-go/hmc/ctrl"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
-	"github.com/hmc-go/hmc/transport/shm"
-	"github.com/hmc-go/hmc/transport/tcp"
-	"github.com/hmc-go/hmc/transport/ucx"
+	"github.com/hmc-go/hmc/transport/stack"
 )
 
 // CtrlLink says how to reach a peer's control plane (upstream Communicator::CtrlLink).
@@ -35,17 +33,12 @@ type Config struct {
 	// NumChannels is the number of lanes per data connection (HMC's num_chs); 0 means the
 	// transport's default.
 	NumChannels int
-	// TCP configures the TCP transport.
-	TCP tcp.Config
-	// SHM configures the same-host shared-memory transport.
-	SHM shm.Config
-	// UCX configures the UCX transport and RDMA through it (builds with -tags ucx).
-	UCX ucx.Config
 	// Ctrl configures the control plane.
 	Ctrl ctrl.Config
 	// Stream configures SendDataTo/RecvDataFrom.
 	Stream StreamConfig
-	// Transports are the transports to use; nil builds DefaultRegistry from TCP, SHM and UCX.
+	// Transports are the transports to use, with their configuration (package transport/stack
+	// builds them); nil: stack.New with its defaults, Auth and Logger.
 	Transports *Registry
 	// Regions is the table of registered regions the servers serve besides the ConnBuffer;
 	// nil: a new, empty one (Communicator.Regions).
@@ -58,21 +51,19 @@ type Config struct {
 	// Observer, if set, is told of every blocking operation on a Peer when it ends (the
 	// metrics package counts them for Prometheus); nil observes nothing.
 	Observer Observer
-	// Auth authenticates every link this Communicator opens or accepts, on every transport
-	// and the control plane, whose own Auth (TCP.Auth, SHM.Auth, UCX.Auth, Ctrl.Auth) is
-	// zero: a shared secret both ends prove at connect, and mutual TLS on links that leave
-	// the host. The zero value authenticates nothing (the default).
+	// Auth authenticates every link this Communicator opens or accepts: the control plane's
+	// when Ctrl.Auth is zero, and the transports' when Transports is nil (a Registry built by
+	// hand carries its own): a shared secret both ends prove at connect, and mutual TLS on
+	// links that leave the host. The zero value authenticates nothing (the default).
 	Auth auth.Config
 	// Logger receives connection events; nil means silent.
 	Logger *slog.Logger
 }
 
-// inheritAuth gives c.Auth to every part whose own is zero.
+// inheritAuth gives c.Auth to the control plane when its own is zero.
 func (c *Config) inheritAuth() {
-	for _, a := range []*auth.Config{&c.TCP.Auth, &c.SHM.Auth, &c.UCX.Auth, &c.Ctrl.Auth} {
-		if !a.Enabled() {
-			*a = c.Auth
-		}
+	if !c.Ctrl.Auth.Enabled() {
+		c.Ctrl.Auth = c.Auth
 	}
 }
 
@@ -140,20 +131,19 @@ type Communicator struct {
 	closed   bool                                    // guarded by mu
 }
 
-// DefaultConfig returns a Config with every default filled in, its transports' and control
-// plane's included.
+// DefaultConfig returns a Config with every default filled in, the control plane's included
+// (the transports' are stack.DefaultConfig).
 func DefaultConfig() Config {
-	return Config{TCP: tcp.DefaultConfig(), SHM: shm.DefaultConfig(), UCX: ucx.DefaultConfig(), Ctrl: ctrl.DefaultConfig(),
-		Logger: slog.New(slog.DiscardHandler)}
+	return Config{Ctrl: ctrl.DefaultConfig(), Logger: slog.New(slog.DiscardHandler)}
 }
 
-// Validate rejects impossible settings, the transports' and control plane's included. (The
-// stream ring is checked against the buffer by New.)
+// Validate rejects impossible settings, the control plane's included. (The stream ring is
+// checked against the buffer by New, the transports' settings by stack.New.)
 func (c Config) Validate() error {
 	if c.NumChannels < 0 {
 		return fmt.Errorf("comm: %d channels: %w", c.NumChannels, status.ErrInvalidConfig)
 	}
-	for _, err := range []error{c.Auth.Validate(), c.TCP.Validate(), c.SHM.Validate(), c.UCX.Validate(), c.Ctrl.Validate()} {
+	for _, err := range []error{c.Auth.Validate(), c.Ctrl.Validate()} {
 		if err != nil {
 			return fmt.Errorf("comm: %w", err)
 		}
@@ -174,17 +164,11 @@ func New(buf *buffer.ConnBuffer, cfg Config) (*Communicator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.TCP.Logger == nil {
-		cfg.TCP.Logger = cfg.Logger
-	}
 	if cfg.Ctrl.Logger == nil {
 		cfg.Ctrl.Logger = cfg.Logger
 	}
 	if err := cfg.Stream.validate(buf.Size()); err != nil {
 		return nil, err
-	}
-	if cfg.SHM.Logger == nil {
-		cfg.SHM.Logger = cfg.Logger
 	}
 	m, err := ctrl.New(cfg.Ctrl)
 	if err != nil {
@@ -192,11 +176,11 @@ func New(buf *buffer.ConnBuffer, cfg Config) (*Communicator, error) {
 	}
 	reg := cfg.Transports
 	if reg == nil {
-		if reg, err = DefaultRegistry(cfg); err != nil {
+		if reg, err = stack.New(stack.Config{Auth: cfg.Auth, Logger: cfg.Logger}); err != nil {
 			return nil, err
 		}
 	}
-	trans, missing := reg.snapshot()
+	trans, missing := reg.Snapshot()
 	regions := cfg.Regions
 	if regions == nil {
 		regions = buffer.NewTable()
@@ -286,7 +270,7 @@ var (
 // >= 0, and a Unix socket at ctrlUDSPath when non-empty) and the data servers for ct on
 // bindIP:dataPort. Port 0 picks a free port (see DataAddr, CtrlAddr). TCP serves the buffer on
 // that port; SHM and AUTO also serve it to same-host peers on the abstract Unix socket
-// shm.SocketName(port) (AUTO only when the buffer is memfd-backed host memory; SHM requires
+// stack.SHMSocketName(port) (AUTO only when the buffer is memfd-backed host memory; SHM requires
 // it). Every bind error is returned. Calling it again adds what is missing; the control
 // listeners start once.
 func (c *Communicator) InitServer(bindIP string, dataPort, ctrlTCPPort int, ctrlUDSPath string, ct transport.ConnType) error {
@@ -331,7 +315,7 @@ func (c *Communicator) InitServer(bindIP string, dataPort, ctrlTCPPort int, ctrl
 	}
 	if _, ok := c.servers[transport.SHM]; wantSHM && !ok {
 		port, _ := splitPort(c.servers[transport.TCP].Addr())
-		if err := c.listenLocked(transport.SHM, shm.SocketName(port)); err != nil {
+		if err := c.listenLocked(transport.SHM, stack.SHMSocketName(port)); err != nil {
 			return err
 		}
 	}
@@ -465,7 +449,7 @@ func (c *Communicator) dialData(ctx context.Context, ip string, port int, ct tra
 				errs = append(errs, fmt.Errorf("shm: %s is not an address of this host: %w", ip, status.ErrUnsupported))
 				continue
 			}
-			addr = shm.SocketName(port)
+			addr = stack.SHMSocketName(port)
 		}
 		ep, err := c.trans[k].Dial(ctx, transport.DialConfig{Addr: addr, Local: c.buf, Rank: selfID,
 			ListenPort: listenPort, LocalIP: localIP, Lanes: c.cfg.NumChannels})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
+	"github.com/hmc-go/hmc/transport/stack"
 )
 
 // Ids taken in any order, some held past a whole ring of newer ones (which then spill to the
@@ -46,16 +47,14 @@ func TestOpTable(t *testing.T) {
 }
 
 // Every Config has a DefaultConfig that validates and a Validate that refuses the impossible
-// with ErrInvalidConfig: the Communicator's, and through it its transports' and control plane's.
+// with ErrInvalidConfig: the Communicator's and its control plane's, and the transports' (in
+// stack.New).
 func TestConfigDefaultsValidate(t *testing.T) {
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatalf("DefaultConfig: %v", err)
 	}
 	bad := []func(*Config){
 		func(c *Config) { c.NumChannels = -1 },
-		func(c *Config) { c.TCP.Lanes = -1 },
-		func(c *Config) { c.SHM.Workers = -1 },
-		func(c *Config) { c.UCX.SpinTime = -1 },
 		func(c *Config) { c.Ctrl.InboxDepth = -1 },
 	}
 	for i, f := range bad {
@@ -63,6 +62,21 @@ func TestConfigDefaultsValidate(t *testing.T) {
 		f(&c)
 		if err := c.Validate(); !errors.Is(err, status.ErrInvalidConfig) {
 			t.Errorf("case %d: %v", i, err)
+		}
+	}
+	if err := stack.DefaultConfig().Validate(); err != nil {
+		t.Fatalf("stack.DefaultConfig: %v", err)
+	}
+	badStack := []func(*stack.Config){
+		func(c *stack.Config) { c.TCP.Lanes = -1 },
+		func(c *stack.Config) { c.SHM.Workers = -1 },
+		func(c *stack.Config) { c.UCX.SpinTime = -1 },
+	}
+	for i, f := range badStack {
+		c := stack.DefaultConfig()
+		f(&c)
+		if _, err := stack.New(c); !errors.Is(err, status.ErrInvalidConfig) {
+			t.Errorf("stack case %d: %v", i, err)
 		}
 	}
 }

@@ -25,6 +25,8 @@ import (
 	"github.com/hmc-go/hmc/ctrl"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport/stack"
+	"github.com/hmc-go/hmc/transport/ucx"
 )
 
 // ---- Memory ----
@@ -129,11 +131,18 @@ func hmc_memory_close(h C.uint64_t) C.int {
 
 // ---- Session (ConnBuffer + Communicator) ----
 
-// ucxFromEnv applies HMC_UCX_SPIN_US, the UCX busy-poll time in µs, to a session's config.
-func ucxFromEnv(c *comm.Config) {
-	if v, err := strconv.Atoi(os.Getenv("HMC_UCX_SPIN_US")); err == nil && v > 0 {
-		c.UCX.SpinTime = v
+// transportsFromEnv is a session option with the transports built for HMC_UCX_SPIN_US (the UCX
+// busy-poll time in µs) and a's authentication; nil when the variable is not set.
+func transportsFromEnv(a auth.Config) (hmc.Option, error) {
+	v, err := strconv.Atoi(os.Getenv("HMC_UCX_SPIN_US"))
+	if err != nil || v <= 0 {
+		return func(*comm.Config) {}, nil
 	}
+	reg, err := stack.New(stack.Config{UCX: ucx.Config{SpinTime: v}, Auth: a})
+	if err != nil {
+		return nil, err
+	}
+	return func(c *comm.Config) { c.Transports = reg }, nil
 }
 
 // ctrlFromEnv applies CTRL_TRANSPORT as the Python SDK reads it: "uds" forces Unix control
@@ -154,7 +163,11 @@ func hmc_session_create(deviceID C.int, bufferSize C.uint64_t, memType, numChs C
 		if out == nil {
 			return fmt.Errorf("hmc: null out handle: %w", status.ErrInvalidConfig)
 		}
-		s, err := hmc.NewSession(int(deviceID), uint64(bufferSize), memory.Type(memType), int(numChs), goString(localIP), ucxFromEnv)
+		withTransports, err := transportsFromEnv(auth.Config{})
+		if err != nil {
+			return err
+		}
+		s, err := hmc.NewSession(int(deviceID), uint64(bufferSize), memory.Type(memType), int(numChs), goString(localIP), withTransports)
 		if err != nil {
 			return err
 		}
@@ -183,7 +196,11 @@ func hmc_session_create_secure(deviceID C.int, bufferSize C.uint64_t, memType, n
 			return err
 		}
 		a.TLS = tc
-		s, err := hmc.NewSession(int(deviceID), uint64(bufferSize), memory.Type(memType), int(numChs), goString(localIP), hmc.WithAuth(a), ucxFromEnv)
+		withTransports, err := transportsFromEnv(a)
+		if err != nil {
+			return err
+		}
+		s, err := hmc.NewSession(int(deviceID), uint64(bufferSize), memory.Type(memType), int(numChs), goString(localIP), hmc.WithAuth(a), withTransports)
 		if err != nil {
 			return err
 		}

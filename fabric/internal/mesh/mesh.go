@@ -20,6 +20,7 @@ import (
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 	"github.com/hmc-go/hmc/transport/shm"
+	"github.com/hmc-go/hmc/transport/stack"
 )
 
 // Card is what a process publishes so that peers can reach its registered memory.
@@ -144,7 +145,7 @@ func New(table *buffer.Table, cfg Config) (_ *Mesh, err error) {
 	}
 	reg := cfg.Transports
 	if reg == nil {
-		if reg, err = comm.DefaultRegistry(comm.Config{Auth: cfg.Auth}); err != nil {
+		if reg, err = stack.New(stack.Config{Auth: cfg.Auth}); err != nil {
 			return nil, err
 		}
 	}
