@@ -116,10 +116,7 @@ type Communicator struct {
 	progressers []transport.Progresser
 	log         *slog.Logger
 	opIDs       atomic.Uint64
-	stream      sync.Mutex // one SendDataTo at a time per Communicator keeps stream messages apart
-
-	devMu sync.Mutex
-	devs  map[devKey]*devStage // devices opened by streams, with the ring locked for each; guarded by devMu
+	streams     *streamer // SendDataTo / RecvDataFrom, and the devices they stage through
 
 	mu       sync.Mutex
 	servers  map[transport.ConnType]transport.Server // guarded by mu
@@ -203,6 +200,7 @@ func New(buf *buffer.ConnBuffer, cfg Config) (*Communicator, error) {
 		eps:         make(map[peerKey]*peerEP),
 		accepted:    make(map[peerKey]accepted),
 		regions:     regions,
+		streams:     newStreamer(buf, cfg.Stream, m, cfg.Logger),
 	}, nil
 }
 
@@ -699,7 +697,7 @@ func (c *Communicator) Close() error {
 	if err := c.CloseServer(); err != nil && first == nil {
 		first = err
 	}
-	if err := c.closeDeviceStaging(); err != nil && first == nil {
+	if err := c.streams.close(); err != nil && first == nil {
 		first = err
 	}
 	return first

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
+	"sync"
 
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/ctrl"
@@ -68,6 +70,25 @@ func DeviceData(p memory.Ptr, n uint64, t memory.Type, dev int) Data {
 	return Data{Ptr: p, Len: n, Type: t, Device: dev}
 }
 
+// streamer runs a Communicator's SendDataTo / RecvDataFrom streams over its control plane and
+// its ConnBuffer's stream ring, and keeps the devices the streams stage through (each with the
+// ring page-locked for it) until close.
+type streamer struct {
+	buf  *buffer.ConnBuffer
+	cfg  StreamConfig
+	ctrl *ctrl.Manager
+	log  *slog.Logger
+	send sync.Mutex // one SendDataTo at a time keeps stream messages apart
+
+	devMu  sync.Mutex
+	devs   map[devKey]*devStage // guarded by devMu
+	closed bool                 // guarded by devMu
+}
+
+func newStreamer(buf *buffer.ConnBuffer, cfg StreamConfig, m *ctrl.Manager, log *slog.Logger) *streamer {
+	return &streamer{buf: buf, cfg: cfg, ctrl: m, log: log, devs: make(map[devKey]*devStage)}
+}
+
 // stager copies between a Data and the ConnBuffer.
 type stager struct {
 	d   Data
@@ -75,9 +96,9 @@ type stager struct {
 	mem *memory.Memory // d's device memory, when the buffer is host memory (owned by the Communicator)
 }
 
-func (c *Communicator) newStager(d Data) (*stager, error) {
-	buf := c.buf
-	s := &stager{d: d, buf: buf}
+func (s *streamer) newStager(d Data) (*stager, error) {
+	buf := s.buf
+	st := &stager{d: d, buf: buf}
 	switch {
 	case d.Host != nil || d.Len == 0:
 	case d.Ptr == 0:
@@ -85,15 +106,15 @@ func (c *Communicator) newStager(d Data) (*stager, error) {
 	case d.Type == memory.CPU:
 	case d.Type == buf.Type() && d.Device == buf.DeviceID():
 	case buf.Type() == memory.CPU:
-		m, err := c.deviceStaging(d.Type, d.Device)
+		m, err := s.deviceStaging(d.Type, d.Device)
 		if err != nil {
 			return nil, fmt.Errorf("comm: stream data in %v memory: %w", d.Type, err)
 		}
-		s.mem = m
+		st.mem = m
 	default:
 		return nil, fmt.Errorf("comm: stream between %v data and a %v buffer: %w", d.Type, buf.Type(), status.ErrUnsupported)
 	}
-	return s, nil
+	return st, nil
 }
 
 // devStage is a device's Memory kept for streams between its memory and the host ConnBuffer,
@@ -112,21 +133,13 @@ type devKey struct {
 // On first use it also page-locks the stream ring of the (host) ConnBuffer for that device: the
 // stream's device copies then run at the page-locked rate instead of the driver's pageable path
 // (H100: 54 vs 12 GB/s device-to-host at 4 MiB), as upstream registers its staging buffer.
-func (c *Communicator) deviceStaging(t memory.Type, dev int) (*memory.Memory, error) {
-	c.devMu.Lock()
-	defer c.devMu.Unlock()
-	// Checked under devMu: Close marks closed before it releases the devices (under devMu),
-	// so a device opened here is either refused or released by that Close.
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+func (s *streamer) deviceStaging(t memory.Type, dev int) (*memory.Memory, error) {
+	s.devMu.Lock()
+	defer s.devMu.Unlock()
+	if s.closed { // close releases the devices under devMu: one opened here is refused or released
 		return nil, fmt.Errorf("comm: stream: %w", status.ErrClosed)
 	}
-	if c.devs == nil {
-		c.devs = make(map[devKey]*devStage)
-	}
-	if d, ok := c.devs[devKey{t, dev}]; ok {
+	if d, ok := s.devs[devKey{t, dev}]; ok {
 		return d.mem, nil
 	}
 	m, err := memory.New(dev, t)
@@ -134,25 +147,27 @@ func (c *Communicator) deviceStaging(t memory.Type, dev int) (*memory.Memory, er
 		return nil, err
 	}
 	d := &devStage{mem: m}
-	if r, err := c.cfg.Stream.ring(c.buf.Size()); err == nil {
-		if b, err := c.buf.Slice(r.off, r.slot*r.slots); err == nil {
+	if r, err := s.cfg.ring(s.buf.Size()); err == nil {
+		if b, err := s.buf.Slice(r.off, r.slot*r.slots); err == nil {
 			if unpin, err := m.PinHost(b); err == nil {
 				d.unpin = unpin
 			} else {
-				c.log.Debug("stream ring not page-locked", "memory", t, "device", dev, "err", err)
+				s.log.Debug("stream ring not page-locked", "memory", t, "device", dev, "err", err)
 			}
 		}
 	}
-	c.devs[devKey{t, dev}] = d
+	s.devs[devKey{t, dev}] = d
 	return m, nil
 }
 
-// closeDeviceStaging unlocks the stream ring and releases the devices opened by streams.
-func (c *Communicator) closeDeviceStaging() error {
-	c.devMu.Lock()
-	defer c.devMu.Unlock()
+// close unlocks the stream ring and releases the devices opened by streams; later streams
+// that need a device fail with ErrClosed.
+func (s *streamer) close() error {
+	s.devMu.Lock()
+	defer s.devMu.Unlock()
+	s.closed = true
 	var first error
-	for k, d := range c.devs {
+	for k, d := range s.devs {
 		if d.unpin != nil {
 			if err := d.unpin(); err != nil && first == nil {
 				first = err
@@ -161,7 +176,7 @@ func (c *Communicator) closeDeviceStaging() error {
 		if err := d.mem.Close(); err != nil && first == nil {
 			first = err
 		}
-		delete(c.devs, k)
+		delete(s.devs, k)
 	}
 	return first
 }
@@ -240,27 +255,32 @@ func (c *Communicator) sendDataTo(ctx context.Context, ip string, port int, src 
 	if err != nil {
 		return err
 	}
-	st, err := c.newStager(src)
+	return c.streams.sendTo(ctx, ep, rank, src)
+}
+
+// sendTo streams src to rank over ep.
+func (s *streamer) sendTo(ctx context.Context, ep transport.Endpoint, rank uint32, src Data) error {
+	st, err := s.newStager(src)
 	if err != nil {
 		return err
 	}
-	c.stream.Lock()
-	defer c.stream.Unlock()
-	err = c.sendStream(ctx, ep, rank, st, src.Len)
+	s.send.Lock()
+	defer s.send.Unlock()
+	err = s.sendStream(ctx, ep, rank, st, src.Len)
 	if err != nil {
 		// Tell the receiver, so it fails instead of waiting; best effort.
-		_ = c.ctrl.Send(ctx, rank, msgData, 0, words(0, 0, 0, uint64(max(status.CodeOf(err), status.Error))))
+		_ = s.ctrl.Send(ctx, rank, msgData, 0, words(0, 0, 0, uint64(max(status.CodeOf(err), status.Error))))
 		return fmt.Errorf("comm: send data to rank %d: %w", rank, err)
 	}
 	return nil
 }
 
-func (c *Communicator) sendStream(ctx context.Context, ep transport.Endpoint, rank uint32, st *stager, total uint64) error {
-	local, err := c.cfg.Stream.ring(c.buf.Size())
+func (s *streamer) sendStream(ctx context.Context, ep transport.Endpoint, rank uint32, st *stager, total uint64) error {
+	local, err := s.cfg.ring(s.buf.Size())
 	if err != nil {
 		return err
 	}
-	m, err := c.ctrl.RecvType(ctx, rank, msgReady)
+	m, err := s.ctrl.RecvType(ctx, rank, msgReady)
 	if err != nil {
 		return err
 	}
@@ -278,10 +298,10 @@ func (c *Communicator) sendStream(ctx context.Context, ep transport.Endpoint, ra
 		return fmt.Errorf("comm: payload of %d bytes exceeds the receiver's destination of %d: %w", total, capacity, status.ErrInvalidConfig)
 	}
 	if total == 0 {
-		if err := c.ctrl.Send(ctx, rank, msgData, 0, words(0, 0, 0, 0)); err != nil {
+		if err := s.ctrl.Send(ctx, rank, msgData, 0, words(0, 0, 0, 0)); err != nil {
 			return err
 		}
-		_, err := c.ctrl.RecvType(ctx, rank, msgCredit)
+		_, err := s.ctrl.RecvType(ctx, rank, msgCredit)
 		return err
 	}
 	chunk := min(local.slot, remote.slot)
@@ -298,7 +318,7 @@ func (c *Communicator) sendStream(ctx context.Context, ep transport.Endpoint, ra
 		credited uint64
 	)
 	takeCredit := func() error {
-		m, err := c.ctrl.RecvType(ctx, rank, msgCredit)
+		m, err := s.ctrl.RecvType(ctx, rank, msgCredit)
 		if err != nil {
 			return err
 		}
@@ -341,7 +361,7 @@ func (c *Communicator) sendStream(ctx context.Context, ep transport.Endpoint, ra
 			return err
 		}
 		// The bytes are visible in the receiver's slot: tell it.
-		if err := c.ctrl.Send(ctx, rank, msgData, 0, words(f.seq, f.n, total, 0)); err != nil {
+		if err := s.ctrl.Send(ctx, rank, msgData, 0, words(f.seq, f.n, total, 0)); err != nil {
 			return err
 		}
 	}
@@ -362,28 +382,33 @@ func (c *Communicator) recvDataFrom(ctx context.Context, ip string, port int, ds
 	if err != nil {
 		return 0, err
 	}
-	st, err := c.newStager(dst)
+	return c.streams.recvFrom(ctx, rank, dst)
+}
+
+// recvFrom receives rank's stream into dst.
+func (s *streamer) recvFrom(ctx context.Context, rank uint32, dst Data) (uint64, error) {
+	st, err := s.newStager(dst)
 	if err != nil {
 		return 0, err
 	}
-	n, err := c.recvStream(ctx, rank, st, dst.Len)
+	n, err := s.recvStream(ctx, rank, st, dst.Len)
 	if err != nil {
 		return n, fmt.Errorf("comm: recv data from rank %d: %w", rank, err)
 	}
 	return n, nil
 }
 
-func (c *Communicator) recvStream(ctx context.Context, rank uint32, st *stager, capacity uint64) (uint64, error) {
-	r, err := c.cfg.Stream.ring(c.buf.Size())
+func (s *streamer) recvStream(ctx context.Context, rank uint32, st *stager, capacity uint64) (uint64, error) {
+	r, err := s.cfg.ring(s.buf.Size())
 	if err != nil {
 		return 0, err
 	}
-	if err := c.ctrl.Send(ctx, rank, msgReady, 0, words(r.off, r.slot, r.slots, capacity)); err != nil {
+	if err := s.ctrl.Send(ctx, rank, msgReady, 0, words(r.off, r.slot, r.slots, capacity)); err != nil {
 		return 0, err
 	}
 	var received, total, expect uint64
 	for first := true; first || received < total; first = false {
-		m, err := c.ctrl.RecvType(ctx, rank, msgData)
+		m, err := s.ctrl.RecvType(ctx, rank, msgData)
 		if err != nil {
 			return received, err
 		}
@@ -410,7 +435,7 @@ func (c *Communicator) recvStream(ctx context.Context, rank uint32, st *stager, 
 				return received, err
 			}
 		}
-		if err := c.ctrl.Send(ctx, rank, msgCredit, 0, words(seq)); err != nil {
+		if err := s.ctrl.Send(ctx, rank, msgCredit, 0, words(seq)); err != nil {
 			return received, err
 		}
 		received += n

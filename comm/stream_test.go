@@ -88,16 +88,16 @@ func TestDeviceStagingLifetime(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := DeviceData(d.Ptr(), 1<<20, memory.NvidiaGPU, 0)
-	s1, err := c.newStager(data)
+	s1, err := c.streams.newStager(data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2, err := c.newStager(data)
+	s2, err := c.streams.newStager(data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s1.mem != s2.mem || len(c.devs) != 1 || c.devs[devKey{memory.NvidiaGPU, 0}].unpin == nil {
-		t.Fatalf("device staging not shared or not locked: %+v", c.devs)
+	if s1.mem != s2.mem || len(c.streams.devs) != 1 || c.streams.devs[devKey{memory.NvidiaGPU, 0}].unpin == nil {
+		t.Fatalf("device staging not shared or not locked: %+v", c.streams.devs)
 	}
 	if err := s1.in(0, 4096, 0); err != nil {
 		t.Fatal(err)
@@ -105,13 +105,13 @@ func TestDeviceStagingLifetime(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if len(c.devs) != 0 {
+	if len(c.streams.devs) != 0 {
 		t.Fatal("Close left devices open")
 	}
 	if err := s1.in(0, 4096, 0); !errors.Is(err, status.ErrClosed) {
 		t.Fatalf("copy through a released device: %v", err)
 	}
-	if _, err := c.newStager(data); !errors.Is(err, status.ErrClosed) {
+	if _, err := c.streams.newStager(data); !errors.Is(err, status.ErrClosed) {
 		t.Fatalf("stager after Close: %v", err)
 	}
 }
