@@ -12,7 +12,7 @@ var layers = map[string]int{
 	"status": 0, "internal/acceptor": 0, "auth": 1, "auth/authtest": 1, "internal/etcdproc": 0, "internal/etcdtest": 1, "internal/netnstest": 1, "internal/childtest": 1, "internal/peercred": 1, "internal/spinread": 1, "memory": 1,
 	"buffer": 2, "ctrl": 2, "coord/store": 2, "coord/store/storetest": 2, "coord/group": 2, "coord/httpmeta": 2,
 	"transport": 3, "transport/tcp": 3, "transport/shm": 3, "transport/transporttest": 3, "transport/ucx": 3, "transport/stack": 3,
-	"comm": 4, "collective": 5, "metrics": 5, "fabric/internal/gva": 5, "fabric/internal/mesh": 5, "fabric/internal/rpc": 5,
+	"comm": 4, "collective": 5, "metrics": 5, "fabric/internal/gva": 5, "fabric/internal/mesh": 5, "fabric/internal/rpc": 5, "fabric/internal/startup": 5,
 	"fabric/trans": 6, "fabric/shmem": 6,
 	"fabric/bm": 6,
 	"":          7, "bench": 7, "cmd/hmc": 8, "capi": 8, "scripts/soakd": 8,

@@ -6,13 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"time"
 
 	"github.com/hmc-go/hmc/comm"
 	"github.com/hmc-go/hmc/coord/store"
-	"github.com/hmc-go/hmc/fabric/internal/mesh"
+	"github.com/hmc-go/hmc/fabric/internal/startup"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 )
@@ -55,19 +54,16 @@ type Config struct {
 
 // DefaultConfig returns upstream's defaults (smem_bm_config_init).
 func DefaultConfig() Config {
-	return Config{InitTimeout: 120 * time.Second, ControlTimeout: 120 * time.Second, StartStore: true, AutoRanking: true}
+	return Config{InitTimeout: startup.DefaultTimeout, ControlTimeout: startup.DefaultTimeout, StartStore: true, AutoRanking: true}
 }
 
 // Validate rejects impossible settings.
 func (c Config) Validate() error {
-	if c.InitTimeout < 0 || c.ControlTimeout < 0 {
-		return fmt.Errorf("bm: negative timeout: %w", status.ErrInvalidConfig)
+	if err := c.settings().Validate("bm"); err != nil {
+		return err
 	}
 	if !c.AutoRanking && (c.Rank < 0 || c.Rank >= MaxWorldSize) {
 		return fmt.Errorf("bm: rank %d: %w", c.Rank, status.ErrInvalidConfig)
-	}
-	if c.BindIP != "" && net.ParseIP(c.BindIP) == nil {
-		return fmt.Errorf("bm: bind address %q is not an IP: %w", c.BindIP, status.ErrInvalidConfig)
 	}
 	return nil
 }
@@ -95,12 +91,9 @@ type Fabric struct {
 // Init connects to (or starts) the store at storeURL and takes a rank in a world of worldSize
 // ranks (1..1024). deviceID is the GPU whose memory HBM slices use.
 func Init(ctx context.Context, storeURL string, worldSize, deviceID int, cfg Config) (*Fabric, error) {
-	if cfg.InitTimeout == 0 {
-		cfg.InitTimeout = 120 * time.Second
-	}
-	if cfg.ControlTimeout == 0 {
-		cfg.ControlTimeout = 120 * time.Second
-	}
+	set := cfg.settings()
+	set.Fill()
+	cfg.InitTimeout, cfg.ControlTimeout, cfg.Logger = set.InitTimeout, set.ControlTimeout, set.Logger
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -110,37 +103,21 @@ func Init(ctx context.Context, storeURL string, worldSize, deviceID int, cfg Con
 	if !cfg.AutoRanking && cfg.Rank >= worldSize {
 		return nil, fmt.Errorf("bm: rank %d in a world of %d: %w", cfg.Rank, worldSize, status.ErrInvalidConfig)
 	}
-	if storeURL == "" {
-		return nil, fmt.Errorf("bm: empty store URL: %w", status.ErrInvalidConfig)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.InitTimeout)
 	defer cancel()
-	scfg := store.Config{Ranking: store.Auto, WorldSize: worldSize, Secret: cfg.Secret, TLS: cfg.TLS, Logger: cfg.Logger}
-	if !cfg.AutoRanking {
-		scfg.Ranking, scfg.Rank = store.Explicit, cfg.Rank
-	}
 	f := &Fabric{cfg: cfg, world: worldSize, deviceID: deviceID, objects: make(map[int]*BigMemory), log: cfg.Logger}
 	var err error
-	if cfg.StartStore && (cfg.AutoRanking || cfg.Rank == 0) && mesh.LocalStoreURL(storeURL) {
-		srvCfg := store.ServerConfig{WorldSize: worldSize, Secret: cfg.Secret, Logger: cfg.Logger}
-		if cfg.TLS != nil {
-			srvCfg.TLS = cfg.TLS
-		}
-		f.client, f.server, err = store.ServeOrJoin(ctx, storeURL, srvCfg, scfg)
-	} else {
-		f.client, err = store.Open(ctx, storeURL, scfg)
-	}
+	f.client, f.server, err = startup.OpenStore(ctx, "bm", storeURL, set, startup.Member{World: worldSize, Rank: cfg.Rank, Auto: cfg.AutoRanking})
 	if err != nil {
-		return nil, fmt.Errorf("bm: init: %w", err)
-	}
-	if w := f.client.WorldSize(); w != 0 && w != worldSize {
-		_ = f.Close()
-		return nil, fmt.Errorf("bm: the store's world has %d ranks, not %d: %w", w, worldSize, status.ErrInvalidConfig)
+		return nil, err
 	}
 	return f, nil
+}
+
+// settings are cfg's share of what every face is configured with.
+func (cfg Config) settings() startup.Settings {
+	return startup.Settings{InitTimeout: cfg.InitTimeout, ControlTimeout: cfg.ControlTimeout, StartStore: cfg.StartStore,
+		BindIP: cfg.BindIP, Secret: cfg.Secret, TLS: cfg.TLS, Transports: cfg.Transports, Logger: cfg.Logger}
 }
 
 // Rank returns this process's rank (upstream's smem_bm_get_rank_id).

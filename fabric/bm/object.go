@@ -18,10 +18,10 @@ import (
 	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/fabric/internal/gva"
 	"github.com/hmc-go/hmc/fabric/internal/mesh"
+	"github.com/hmc-go/hmc/fabric/internal/startup"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
-	"github.com/hmc-go/hmc/transport/shm"
 )
 
 // ErrRankDown is returned by copies to or from a rank that is not a member: it never joined,
@@ -73,8 +73,8 @@ type BigMemory struct {
 	localFD   int         // the memfd behind local (0: none)
 	stages    chan []byte // staging buffers for other ranks' HBM (registered in table)
 	stageRegs []*buffer.Region
-	copier    *shm.Copier // host-to-host copies (parallel from 1 MiB)
-	followMu  sync.Mutex  // serialises follow
+	copier    *startup.Copier // host-to-host copies (parallel from 1 MiB)
+	followMu  sync.Mutex      // serialises follow
 
 	mu      sync.RWMutex
 	members map[int]*member           // guarded by mu
@@ -124,7 +124,7 @@ func (f *Fabric) Create(ctx context.Context, id int, o Options) (b *BigMemory, e
 	ctx, cancel := context.WithTimeout(ctx, b.ctl)
 	defer cancel()
 	b.kv = store.Prefixed(f.client, "SMEM_BM_"+strconv.Itoa(id)+"_")
-	if b.copier, err = shm.NewCopier(shm.DefaultConfig()); err != nil {
+	if b.copier, err = startup.NewCopier(); err != nil {
 		return nil, err
 	}
 	if err := b.reserve(ctx); err != nil {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"sync"
 	"time"
@@ -21,9 +20,9 @@ import (
 	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/fabric/internal/gva"
 	"github.com/hmc-go/hmc/fabric/internal/mesh"
+	"github.com/hmc-go/hmc/fabric/internal/startup"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
-	"github.com/hmc-go/hmc/transport/shm"
 )
 
 // Limits, as upstream's.
@@ -76,7 +75,7 @@ type Config struct {
 
 // DefaultConfig returns upstream's defaults (smem_shm_config_init).
 func DefaultConfig() Config {
-	return Config{InitTimeout: 120 * time.Second, ControlTimeout: 120 * time.Second, StartStore: true,
+	return Config{InitTimeout: startup.DefaultTimeout, ControlTimeout: startup.DefaultTimeout, StartStore: true,
 		Kinds: []transport.ConnType{transport.SHM, transport.TCP}}
 }
 
@@ -98,43 +97,39 @@ type World struct {
 // Init joins the world of worldSize ranks as rank (explicit ranks only, as upstream); rank 0
 // starts the store at storeURL when StartStore is set and the address is local and free.
 func Init(ctx context.Context, storeURL string, worldSize, rank, deviceID int, cfg Config) (*World, error) {
-	def := DefaultConfig()
-	if cfg.InitTimeout == 0 {
-		cfg.InitTimeout = def.InitTimeout
-	}
-	if cfg.ControlTimeout == 0 {
-		cfg.ControlTimeout = def.ControlTimeout
-	}
 	if cfg.Kinds == nil {
-		cfg.Kinds = def.Kinds
+		cfg.Kinds = DefaultConfig().Kinds
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+	set := cfg.settings()
+	set.Fill()
+	cfg.InitTimeout, cfg.ControlTimeout, cfg.Logger = set.InitTimeout, set.ControlTimeout, set.Logger
+	if err := set.Validate("shmem"); err != nil {
+		return nil, err
 	}
 	if worldSize < 1 || worldSize > MaxWorldSize || rank < 0 || rank >= worldSize {
 		return nil, fmt.Errorf("shmem: rank %d in a world of %d (1..%d): %w", rank, worldSize, MaxWorldSize, status.ErrInvalidConfig)
 	}
-	if cfg.BindIP != "" && net.ParseIP(cfg.BindIP) == nil {
-		return nil, fmt.Errorf("shmem: bind address %q: %w", cfg.BindIP, status.ErrInvalidConfig)
-	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.InitTimeout)
 	defer cancel()
 	w := &World{cfg: cfg, world: worldSize, rank: rank, heaps: make(map[int]*Heap), log: cfg.Logger.With("shmem_rank", rank)}
-	scfg := store.Config{Ranking: store.Explicit, Rank: rank, WorldSize: worldSize, Secret: cfg.Secret, TLS: cfg.TLS, Logger: cfg.Logger}
 	var err error
-	if cfg.StartStore && rank == 0 && mesh.LocalStoreURL(storeURL) {
-		w.client, w.server, err = store.ServeOrJoin(ctx, storeURL, store.ServerConfig{WorldSize: worldSize, Secret: cfg.Secret, TLS: cfg.TLS}, scfg)
-	} else {
-		w.client, err = store.Open(ctx, storeURL, scfg)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("shmem: init: %w", err)
+	if w.client, w.server, err = startup.OpenStore(ctx, "shmem", storeURL, set, startup.Member{World: worldSize, Rank: rank}); err != nil {
+		return nil, err
 	}
 	if w.grp, err = group.New(ctx, w.client, "SHM_W", group.Config{Size: worldSize, Timeout: cfg.ControlTimeout, Logger: w.log}); err != nil {
 		_ = w.client.Close()
+		if w.server != nil {
+			_ = w.server.Close()
+		}
 		return nil, fmt.Errorf("shmem: init: %w", err)
 	}
 	return w, nil
+}
+
+// settings are cfg's share of what every face is configured with.
+func (cfg Config) settings() startup.Settings {
+	return startup.Settings{InitTimeout: cfg.InitTimeout, ControlTimeout: cfg.ControlTimeout, StartStore: cfg.StartStore,
+		BindIP: cfg.BindIP, Secret: cfg.Secret, TLS: cfg.TLS, Transports: cfg.Transports, Logger: cfg.Logger}
 }
 
 // Rank returns this process's rank; Size the world's.
@@ -186,7 +181,7 @@ type Heap struct {
 	table  *buffer.Table
 	regs   []*buffer.Region
 	mesh   *mesh.Mesh
-	copier *shm.Copier
+	copier *startup.Copier
 	peers  []*peer // by rank; nil for this rank
 	kinds  []transport.ConnType
 
@@ -234,7 +229,7 @@ func (w *World) Create(ctx context.Context, id int, size uint64) (h *Heap, err e
 	if err := w.grp.Barrier(ctx); err != nil {
 		return nil, fmt.Errorf("shmem: create: %w", err)
 	}
-	if h.copier, err = shm.NewCopier(shm.DefaultConfig()); err != nil {
+	if h.copier, err = startup.NewCopier(); err != nil {
 		return nil, err
 	}
 	kv := store.Prefixed(w.client, "SHM_"+strconv.Itoa(id)+"_")

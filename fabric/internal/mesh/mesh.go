@@ -368,20 +368,3 @@ func (m *Mesh) Close() error {
 	errs = append(errs, m.local.Close())
 	return errors.Join(errs...)
 }
-
-// LocalStoreURL says whether a tcp:// store URL names an address of this host, which this
-// process may then serve (the faces' store racing).
-func LocalStoreURL(url string) bool {
-	scheme, rest, ok := strings.Cut(url, "://")
-	if !ok || (scheme != "tcp" && scheme != "tcp6") {
-		return false
-	}
-	host, _, err := net.SplitHostPort(rest)
-	if err != nil {
-		return false
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		return true
-	}
-	return comm.IsLocalIP(host)
-}

@@ -1,0 +1,127 @@
+// Package startup is what the fabric faces (Big Memory, Share Memory, the transfer engine) do
+// the same way when they start: default and check the settings they share, join the config
+// store (serving it when this process may: upstream's "store racing"), and make the host copier
+// (the one piece of a transport the faces use directly).
+package startup
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/hmc-go/hmc/comm"
+	"github.com/hmc-go/hmc/coord/store"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport/shm"
+)
+
+// DefaultTimeout is upstream's init and control-operation timeout.
+const DefaultTimeout = 120 * time.Second
+
+// Settings are what every face's Config carries.
+type Settings struct {
+	InitTimeout, ControlTimeout time.Duration
+	// StartStore lets this process serve the store when the URL's address is local and free.
+	StartStore bool
+	// BindIP is the address data servers listen on ("" : 127.0.0.1, the faces' default).
+	BindIP string
+	// Secret and TLS secure the store link (and its server when this process starts it).
+	Secret []byte
+	TLS    *tls.Config
+	// Transports builds the transports; nil: transport/stack's defaults.
+	Transports *comm.Registry
+	// Logger receives events; nil discards them.
+	Logger *slog.Logger
+}
+
+// Fill gives zero timeouts upstream's default and a nil Logger a silent one.
+func (s *Settings) Fill() {
+	if s.InitTimeout == 0 {
+		s.InitTimeout = DefaultTimeout
+	}
+	if s.ControlTimeout == 0 {
+		s.ControlTimeout = DefaultTimeout
+	}
+	if s.Logger == nil {
+		s.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate refuses negative timeouts and a bind address that is not an IP, naming the face.
+func (s Settings) Validate(face string) error {
+	if s.InitTimeout < 0 || s.ControlTimeout < 0 {
+		return fmt.Errorf("%s: negative timeout (init %v, control %v): %w", face, s.InitTimeout, s.ControlTimeout, status.ErrInvalidConfig)
+	}
+	if s.BindIP != "" && net.ParseIP(s.BindIP) == nil {
+		return fmt.Errorf("%s: bind address %q is not an IP: %w", face, s.BindIP, status.ErrInvalidConfig)
+	}
+	return nil
+}
+
+// Member is how this process takes its place in the store's world.
+type Member struct {
+	World int  // ranks in the world
+	Rank  int  // this process's rank, unless Auto
+	Auto  bool // take the lowest free rank
+}
+
+// OpenStore joins the store at url as m: it serves the store itself when s.StartStore is set,
+// the URL is a local tcp:// address, and this process is (or may be) rank 0 — the first such
+// process serves, the others connect. A store whose world differs from m.World is refused.
+func OpenStore(ctx context.Context, face, url string, s Settings, m Member) (store.Client, *store.Server, error) {
+	if url == "" {
+		return nil, nil, fmt.Errorf("%s: empty store URL: %w", face, status.ErrInvalidConfig)
+	}
+	cfg := store.Config{Ranking: store.Auto, WorldSize: m.World, Secret: s.Secret, TLS: s.TLS, Logger: s.Logger}
+	if !m.Auto {
+		cfg.Ranking, cfg.Rank = store.Explicit, m.Rank
+	}
+	var (
+		c   store.Client
+		srv *store.Server
+		err error
+	)
+	if s.StartStore && (m.Auto || m.Rank == 0) && LocalStoreURL(url) {
+		c, srv, err = store.ServeOrJoin(ctx, url, store.ServerConfig{WorldSize: m.World, Secret: s.Secret, TLS: s.TLS, Logger: s.Logger}, cfg)
+	} else {
+		c, err = store.Open(ctx, url, cfg)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: init: %w", face, err)
+	}
+	if w := c.WorldSize(); w != 0 && w != m.World {
+		_ = c.Close()
+		if srv != nil {
+			_ = srv.Close()
+		}
+		return nil, nil, fmt.Errorf("%s: the store's world has %d ranks, not %d: %w", face, w, m.World, status.ErrInvalidConfig)
+	}
+	return c, srv, nil
+}
+
+// LocalStoreURL says whether a tcp:// store URL names an address of this host, which this
+// process may then serve.
+func LocalStoreURL(url string) bool {
+	scheme, rest, ok := strings.Cut(url, "://")
+	if !ok || (scheme != "tcp" && scheme != "tcp6") {
+		return false
+	}
+	host, _, err := net.SplitHostPort(rest)
+	if err != nil {
+		return false
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return true
+	}
+	return comm.IsLocalIP(host)
+}
+
+// Copier copies host memory with helper goroutines from 1 MiB (shared memory's copier).
+type Copier = shm.Copier
+
+// NewCopier returns a Copier with the shared-memory transport's defaults.
+func NewCopier() (*Copier, error) { return shm.NewCopier(shm.DefaultConfig()) }
