@@ -7,6 +7,7 @@
 // transport to reach it (AUTO picks shared memory on this host, else TCP), PeerByRank by the
 // rank the control plane knows it by; both names are learned at ConnectTo, and on the target
 // side from each initiator's handshake. The transports are injected through a Registry
-// (DefaultRegistry builds TCP, shared memory and UCX). Every blocking call takes a context; no
+// (package transport/stack builds TCP, shared memory and UCX; comm names none of them). Every
+// blocking call takes a context; no
 // call exits or signals the process.
 package comm

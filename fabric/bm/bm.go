@@ -46,7 +46,7 @@ type Config struct {
 	// secret also authenticates the copy agent's requests and every data link (package auth).
 	Secret []byte
 	TLS    *tls.Config
-	// Transports builds the transports; nil: comm.DefaultRegistry.
+	// Transports builds the transports; nil: transport/stack's defaults (stack.New).
 	Transports *comm.Registry
 	// Logger receives membership and connection events; nil discards them.
 	Logger *slog.Logger

@@ -67,7 +67,7 @@ type Config struct {
 	// (package auth).
 	Secret []byte
 	TLS    *tls.Config
-	// Transports builds the transports; nil: comm.DefaultRegistry.
+	// Transports builds the transports; nil: transport/stack's defaults (stack.New).
 	Transports *comm.Registry
 	// Logger receives set-up events; nil discards them.
 	Logger *slog.Logger

@@ -56,7 +56,7 @@ type Config struct {
 	TLS    *tls.Config
 	// Redis logs in to a redis:// metadata server.
 	Redis RedisConfig
-	// Transports builds the transports; nil: comm.DefaultRegistry.
+	// Transports builds the transports; nil: transport/stack's defaults (stack.New).
 	Transports *comm.Registry
 	// Logger receives connection and peer events; nil discards them.
 	Logger *slog.Logger

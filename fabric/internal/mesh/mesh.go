@@ -98,7 +98,7 @@ type Config struct {
 	// Kinds are the transports to serve (TCP is always served: it names the process). SHM is
 	// served on its own socket for same-host peers; UCX and RDMA when the registry has them.
 	Kinds []transport.ConnType
-	// Transports builds the transports; nil: comm.DefaultRegistry with default settings and
+	// Transports builds the transports; nil: stack.New with default settings and
 	// Auth.
 	Transports *comm.Registry
 	// Auth authenticates the data links when Transports is nil (comm.Config.Auth): the faces
