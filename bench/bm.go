@@ -65,8 +65,8 @@ func BMServe(ctx context.Context, cfg BMConfig, rank int) error {
 
 func bmJoin(ctx context.Context, cfg BMConfig, rank int) (*bm.Fabric, *bm.BigMemory, error) {
 	bc := bm.DefaultConfig()
-	bc.StartStore, bc.AutoRanking, bc.Rank = false, false, rank
-	f, err := bm.Init(ctx, cfg.Store, cfg.World, 0, bc)
+	bc.World, bc.StartStore, bc.AutoRanking, bc.Rank = cfg.World, false, false, rank
+	f, err := bm.Init(ctx, cfg.Store, bc)
 	if err != nil {
 		return nil, nil, err
 	}

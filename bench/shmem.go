@@ -36,7 +36,8 @@ func ShmemRun(ctx context.Context, cfg ShmemConfig, rank int, onResult func(Resu
 	if cfg.Kinds != nil {
 		sc.Kinds = cfg.Kinds
 	}
-	w, err := shmem.Init(ctx, cfg.Store, cfg.World, rank, 0, sc)
+	sc.World, sc.Rank = cfg.World, rank
+	w, err := shmem.Init(ctx, cfg.Store, sc)
 	if err != nil {
 		return err
 	}

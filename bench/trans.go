@@ -31,6 +31,7 @@ type TransConfig struct {
 
 func (c TransConfig) engineConfig() trans.Config {
 	cfg := trans.DefaultConfig()
+	cfg.UniqueID = c.LocalID
 	if c.Kinds != nil {
 		cfg.Kinds = c.Kinds
 	}
@@ -39,7 +40,7 @@ func (c TransConfig) engineConfig() trans.Config {
 
 // TransServe is the target: it allocates and registers the buffer and serves until ctx ends.
 func TransServe(ctx context.Context, c TransConfig) error {
-	e, err := trans.Create(ctx, c.Metadata, c.LocalID, c.engineConfig())
+	e, err := trans.Create(ctx, c.Metadata, c.engineConfig())
 	if err != nil {
 		return err
 	}
@@ -61,7 +62,7 @@ func TransRun(ctx context.Context, c TransConfig) (Result, error) {
 	if c.Batch < 1 || c.Threads < 1 || c.Block == 0 {
 		return Result{}, fmt.Errorf("trans bench: batch %d, threads %d, block %d: %w", c.Batch, c.Threads, c.Block, status.ErrInvalidConfig)
 	}
-	e, err := trans.Create(ctx, c.Metadata, c.LocalID, c.engineConfig())
+	e, err := trans.Create(ctx, c.Metadata, c.engineConfig())
 	if err != nil {
 		return Result{}, err
 	}

@@ -27,6 +27,9 @@ const (
 
 // Config configures Init (upstream's smem_bm_config_t).
 type Config struct {
+	// World is the number of ranks (1..1024); Device the GPU whose memory HBM slices use.
+	// DefaultConfig: a world of 1, device 0.
+	World, Device int
 	// InitTimeout bounds Init (connecting to the store, getting a rank). Default 120 s.
 	InitTimeout time.Duration
 	// ControlTimeout bounds each control operation (join, leave, descriptor exchange). Default
@@ -54,7 +57,7 @@ type Config struct {
 
 // DefaultConfig returns upstream's defaults (smem_bm_config_init).
 func DefaultConfig() Config {
-	return Config{InitTimeout: startup.DefaultTimeout, ControlTimeout: startup.DefaultTimeout, StartStore: true, AutoRanking: true}
+	return Config{World: 1, InitTimeout: startup.DefaultTimeout, ControlTimeout: startup.DefaultTimeout, StartStore: true, AutoRanking: true}
 }
 
 // Validate rejects impossible settings.
@@ -88,9 +91,10 @@ type Fabric struct {
 	devErr  error
 }
 
-// Init connects to (or starts) the store at storeURL and takes a rank in a world of worldSize
-// ranks (1..1024). deviceID is the GPU whose memory HBM slices use.
-func Init(ctx context.Context, storeURL string, worldSize, deviceID int, cfg Config) (*Fabric, error) {
+// Init connects to (or starts) the store at storeURL and takes a rank in a world of cfg.World
+// ranks. Every face starts the same way: Init or Create(ctx, URL, Config).
+func Init(ctx context.Context, storeURL string, cfg Config) (*Fabric, error) {
+	worldSize, deviceID := cfg.World, cfg.Device
 	set := cfg.settings()
 	set.Fill()
 	cfg.InitTimeout, cfg.ControlTimeout, cfg.Logger = set.InitTimeout, set.ControlTimeout, set.Logger

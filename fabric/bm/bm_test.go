@@ -36,7 +36,7 @@ func testCtx(t testing.TB) context.Context {
 func single(t testing.TB, o Options) (*Fabric, *BigMemory) {
 	t.Helper()
 	ctx := testCtx(t)
-	f, err := Init(ctx, "tcp://127.0.0.1:0", 1, 0, DefaultConfig())
+	f, err := Init(ctx, "tcp://127.0.0.1:0", DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,18 +234,19 @@ func TestHBMWithEmulatedGPU(t *testing.T) {
 
 func TestInitAndCreateRejects(t *testing.T) {
 	ctx := testCtx(t)
-	if _, err := Init(ctx, "tcp://127.0.0.1:0", 0, 0, DefaultConfig()); !errors.Is(err, status.ErrInvalidConfig) {
-		t.Errorf("world 0: %v", err)
-	}
-	if _, err := Init(ctx, "tcp://127.0.0.1:0", 1025, 0, DefaultConfig()); !errors.Is(err, status.ErrInvalidConfig) {
-		t.Errorf("world 1025: %v", err)
+	for _, world := range []int{0, 1025} {
+		cfg := DefaultConfig()
+		cfg.World = world
+		if _, err := Init(ctx, "tcp://127.0.0.1:0", cfg); !errors.Is(err, status.ErrInvalidConfig) {
+			t.Errorf("world %d: %v", world, err)
+		}
 	}
 	cfg := DefaultConfig()
-	cfg.AutoRanking, cfg.Rank = false, 4
-	if _, err := Init(ctx, "tcp://127.0.0.1:0", 4, 0, cfg); !errors.Is(err, status.ErrInvalidConfig) {
+	cfg.World, cfg.AutoRanking, cfg.Rank = 4, false, 4
+	if _, err := Init(ctx, "tcp://127.0.0.1:0", cfg); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Errorf("rank 4 of 4: %v", err)
 	}
-	f, err := Init(ctx, "tcp://127.0.0.1:0", 1, 0, DefaultConfig())
+	f, err := Init(ctx, "tcp://127.0.0.1:0", DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,7 +133,8 @@ func runChild(mode string) error {
 	if d, err := time.ParseDuration(os.Getenv("HMC_BM_CTL")); err == nil {
 		cfg.ControlTimeout = d
 	}
-	f, err := Init(ctx, url, world, 0, cfg)
+	cfg.World = world
+	f, err := Init(ctx, url, cfg)
 	if err != nil {
 		return err
 	}

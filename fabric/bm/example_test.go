@@ -14,7 +14,7 @@ import (
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	f, err := bm.Init(ctx, "tcp://127.0.0.1:0", 1, 0, bm.DefaultConfig()) // serves the store
+	f, err := bm.Init(ctx, "tcp://127.0.0.1:0", bm.DefaultConfig()) // a world of 1; serves the store
 	if err != nil {
 		panic(err)
 	}

@@ -69,7 +69,8 @@ func runChild() error {
 	cfg.StartStore = false
 	cfg.Kinds = childKinds(me)
 	cfg.BindIP = os.Getenv("HMC_SHMEM_BIND") // another network namespace's address (netns tests)
-	w, err := Init(ctx, os.Getenv("HMC_STORE_URL"), world, me, 0, cfg)
+	cfg.World, cfg.Rank = world, me
+	w, err := Init(ctx, os.Getenv("HMC_STORE_URL"), cfg)
 	if err != nil {
 		return err
 	}

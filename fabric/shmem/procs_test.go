@@ -92,11 +92,13 @@ func TestInitAndCreateRejects(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, c := range [][2]int{{0, 0}, {4, 4}, {1025, 0}, {2, -1}} {
-		if _, err := Init(ctx, "tcp://127.0.0.1:0", c[0], c[1], 0, DefaultConfig()); !errors.Is(err, status.ErrInvalidConfig) {
+		cfg := DefaultConfig()
+		cfg.World, cfg.Rank = c[0], c[1]
+		if _, err := Init(ctx, "tcp://127.0.0.1:0", cfg); !errors.Is(err, status.ErrInvalidConfig) {
 			t.Errorf("world %d rank %d: %v", c[0], c[1], err)
 		}
 	}
-	w, err := Init(ctx, "tcp://127.0.0.1:0", 1, 0, 0, DefaultConfig())
+	w, err := Init(ctx, "tcp://127.0.0.1:0", DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +132,8 @@ func TestCreateFailsCleanly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := DefaultConfig()
-	w, err := Init(ctx, "tcp://127.0.0.1:0", 2, 0, 0, cfg)
+	cfg.World = 2
+	w, err := Init(ctx, "tcp://127.0.0.1:0", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,6 +52,9 @@ const (
 
 // Config configures Init (upstream's smem_shm_config_t).
 type Config struct {
+	// World is the number of ranks (1..MaxWorldSize), Rank this process's (explicit, as
+	// upstream), Device its GPU. DefaultConfig: a world of 1, rank 0, device 0.
+	World, Rank, Device int
 	// InitTimeout bounds Init; ControlTimeout each control operation and collective set-up.
 	// Defaults 120 s.
 	InitTimeout, ControlTimeout time.Duration
@@ -75,7 +78,7 @@ type Config struct {
 
 // DefaultConfig returns upstream's defaults (smem_shm_config_init).
 func DefaultConfig() Config {
-	return Config{InitTimeout: startup.DefaultTimeout, ControlTimeout: startup.DefaultTimeout, StartStore: true,
+	return Config{World: 1, InitTimeout: startup.DefaultTimeout, ControlTimeout: startup.DefaultTimeout, StartStore: true,
 		Kinds: []transport.ConnType{transport.SHM, transport.TCP}}
 }
 
@@ -94,9 +97,12 @@ type World struct {
 	extra []byte        // guarded by mu
 }
 
-// Init joins the world of worldSize ranks as rank (explicit ranks only, as upstream); rank 0
-// starts the store at storeURL when StartStore is set and the address is local and free.
-func Init(ctx context.Context, storeURL string, worldSize, rank, deviceID int, cfg Config) (*World, error) {
+// Init joins the world of cfg.World ranks as cfg.Rank (explicit ranks only, as upstream); rank
+// 0 starts the store at storeURL when StartStore is set and the address is local and free.
+//
+// Every face starts the same way: Init or Create(ctx, URL, Config).
+func Init(ctx context.Context, storeURL string, cfg Config) (*World, error) {
+	worldSize, rank := cfg.World, cfg.Rank
 	if cfg.Kinds == nil {
 		cfg.Kinds = DefaultConfig().Kinds
 	}

@@ -29,7 +29,8 @@ func child() int {
 	if s := os.Getenv("HMC_TRANS_SECRET"); s != "" {
 		cfg.Secret = []byte(s)
 	}
-	e, err := Create(ctx, os.Getenv("HMC_TRANS_META"), os.Getenv("HMC_TRANS_ID"), cfg)
+	cfg.UniqueID = os.Getenv("HMC_TRANS_ID")
+	e, err := Create(ctx, os.Getenv("HMC_TRANS_META"), cfg)
 	if err != nil {
 		fmt.Println("FAIL", err)
 		return 1

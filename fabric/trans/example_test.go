@@ -17,12 +17,12 @@ import (
 func Example_kvBlock() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	decode, err := trans.Create(ctx, trans.P2P, "127.0.0.1:0", trans.Config{Role: trans.Receiver})
+	decode, err := trans.Create(ctx, trans.P2P, trans.Config{UniqueID: "127.0.0.1:0", Role: trans.Receiver})
 	if err != nil {
 		panic(err)
 	}
 	defer decode.Close()
-	prefill, err := trans.Create(ctx, trans.P2P, "127.0.0.1:0", trans.Config{Role: trans.Sender})
+	prefill, err := trans.Create(ctx, trans.P2P, trans.Config{UniqueID: "127.0.0.1:0", Role: trans.Sender})
 	if err != nil {
 		panic(err)
 	}

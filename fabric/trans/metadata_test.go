@@ -61,7 +61,8 @@ func TestRedisMetadata(t *testing.T) {
 	testKVMetadata(t, url, r)
 	cfg := DefaultConfig()
 	cfg.Redis.DB = 300
-	if _, err := Create(context.Background(), url, "127.0.0.1:0", cfg); !errors.Is(err, status.ErrInvalidConfig) {
+	cfg.UniqueID = "127.0.0.1:0"
+	if _, err := Create(context.Background(), url, cfg); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Fatalf("database 300: %v", err)
 	}
 }
@@ -90,7 +91,7 @@ func testKVMetadata(t *testing.T, url string, c kvMeta) {
 	if err := e.Probe(ctx, "unreachable_peer:9"); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Fatalf("probe of a malformed id: %v", err)
 	}
-	e2, err := Create(ctx, url, "127.0.0.1:0", DefaultConfig())
+	e2, err := Create(ctx, url, Config{UniqueID: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func TestNormalizeMetadata(t *testing.T) {
 			t.Errorf("NormalizeMetadata(%q): no error", in)
 		}
 	}
-	if _, err := Create(context.Background(), "zookeeper://h:1", "127.0.0.1:0", DefaultConfig()); !errors.Is(err, status.ErrUnsupported) {
+	if _, err := Create(context.Background(), "zookeeper://h:1", Config{UniqueID: "127.0.0.1:0"}); !errors.Is(err, status.ErrUnsupported) {
 		t.Errorf("Create on an unknown scheme: %v", err)
 	}
 }
@@ -156,7 +157,8 @@ func TestProtocol(t *testing.T) {
 	ks, _ := Protocol("rdma", false)
 	cfg := DefaultConfig()
 	cfg.Kinds = ks
-	e, err := Create(context.Background(), P2P, "127.0.0.1:0", cfg)
+	cfg.UniqueID = "127.0.0.1:0"
+	e, err := Create(context.Background(), P2P, cfg)
 	if err == nil {
 		_ = e.Close()
 		t.Skip("this host has an RDMA device and a UCX build: rdma came up")

@@ -42,6 +42,9 @@ const P2P = "P2PHANDSHAKE"
 
 // Config configures an engine.
 type Config struct {
+	// UniqueID names the engine: "ip:port" or "[v6]:port", the address of its request socket
+	// (port 0 picks a free one: see Engine.UniqueID). Required.
+	UniqueID string
 	// Role: Sender, Receiver or Both (the default).
 	Role Role
 	// Timeout bounds each transfer and request whose context has none (Mooncake's
@@ -139,11 +142,12 @@ func ParseUniqueID(uid string) (string, int, error) {
 	return host, p, nil
 }
 
-// Create starts an engine named uniqueID (port 0 picks a free one: see UniqueID) with
-// metadata at metadataURL, in any form NormalizeMetadata takes: P2P / "" for none, tcp:// or
-// etcd:// (or Mooncake's bare host:port) for a store, http:// for Mooncake's HTTP metadata
-// server.
-func Create(ctx context.Context, metadataURL, uniqueID string, cfg Config) (_ *Engine, err error) {
+// Create starts an engine named cfg.UniqueID with metadata at metadataURL, in any form
+// NormalizeMetadata takes: P2P / "" for none, tcp:// or etcd:// (or Mooncake's bare host:port)
+// for a store, http:// for Mooncake's HTTP metadata server, redis://. Every face starts the
+// same way: Init or Create(ctx, URL, Config).
+func Create(ctx context.Context, metadataURL string, cfg Config) (_ *Engine, err error) {
+	uniqueID := cfg.UniqueID
 	metadataURL, err = NormalizeMetadata(metadataURL)
 	if err != nil {
 		return nil, err

@@ -114,7 +114,8 @@ func initiatorAt(t *testing.T, meta, id string, kinds ...transport.ConnType) *En
 	if kinds != nil {
 		cfg.Kinds = kinds
 	}
-	e, err := Create(testCtx(t), meta, id, cfg)
+	cfg.UniqueID = id
+	e, err := Create(testCtx(t), meta, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,12 +386,12 @@ func TestBatchesAndRegistration(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
 		}
 	}
-	if _, err := Create(ctx, P2P, "localhost:1", DefaultConfig()); !errors.Is(err, status.ErrInvalidConfig) {
+	if _, err := Create(ctx, P2P, Config{UniqueID: "localhost:1"}); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Errorf("a host name as unique id: %v", err)
 	}
 	rc := DefaultConfig()
-	rc.Role = Receiver
-	r, err := Create(ctx, P2P, "[::1]:0", rc)
+	rc.Role, rc.UniqueID = Receiver, "[::1]:0"
+	r, err := Create(ctx, P2P, rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,8 +426,8 @@ func TestSecret(t *testing.T) {
 			}
 			for name, secret := range map[string][]byte{"another secret": []byte("guess"), "none": nil} {
 				cfg := DefaultConfig()
-				cfg.Kinds, cfg.Secret = []transport.ConnType{k}, secret
-				e, err := Create(ctx, P2P, "127.0.0.1:0", cfg)
+				cfg.Kinds, cfg.Secret, cfg.UniqueID = []transport.ConnType{k}, secret, "127.0.0.1:0"
+				e, err := Create(ctx, P2P, cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -444,8 +445,8 @@ func TestSecret(t *testing.T) {
 				}
 			}
 			cfg := DefaultConfig()
-			cfg.Kinds, cfg.Secret = []transport.ConnType{k}, []byte("kv-cache job")
-			e, err := Create(ctx, P2P, "127.0.0.1:0", cfg)
+			cfg.Kinds, cfg.Secret, cfg.UniqueID = []transport.ConnType{k}, []byte("kv-cache job"), "127.0.0.1:0"
+			e, err := Create(ctx, P2P, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

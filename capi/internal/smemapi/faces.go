@@ -92,10 +92,11 @@ func smem_trans_create(url, uid *C.char, c *C.smem_trans_config_t) unsafe.Pointe
 		if c.dataOpType&2 != 0 {
 			cfg.Kinds = []transport.ConnType{transport.SHM, transport.UCX, transport.TCP}
 		}
-		e, err := trans.Create(context.Background(), u, C.GoString(uid), cfg)
+		cfg.UniqueID = C.GoString(uid)
+		e, err := trans.Create(context.Background(), u, cfg)
 		if err != nil && cfg.Kinds != nil && errors.Is(err, status.ErrUnsupported) {
 			cfg.Kinds = nil // no UCX in this build: shared memory and TCP
-			e, err = trans.Create(context.Background(), u, C.GoString(uid), cfg)
+			e, err = trans.Create(context.Background(), u, cfg)
 		}
 		if err != nil {
 			if h.srv != nil {
@@ -318,7 +319,8 @@ func smem_shm_init(url *C.char, worldSize, rankID C.uint32_t, deviceID C.uint16_
 		cfg.InitTimeout, cfg.ControlTimeout = seconds(c.shmInitTimeout), seconds(c.controlOperationTimeout)
 		cfg.StartStore = bool(c.startConfigStoreServer)
 		cfg.Logger = slog.New(logHandler{})
-		w, err := shmem.Init(context.Background(), C.GoString(url), int(worldSize), int(rankID), int(deviceID), cfg)
+		cfg.World, cfg.Rank, cfg.Device = int(worldSize), int(rankID), int(deviceID)
+		w, err := shmem.Init(context.Background(), C.GoString(url), cfg)
 		if err != nil {
 			return err
 		}

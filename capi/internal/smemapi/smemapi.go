@@ -277,7 +277,8 @@ func smem_bm_init(url *C.char, worldSize C.uint32_t, deviceID C.uint16_t, c *C.s
 				return err
 			}
 		}
-		f, err := bm.Init(context.Background(), C.GoString(url), int(worldSize), int(deviceID), cfg)
+		cfg.World, cfg.Device = int(worldSize), int(deviceID)
+		f, err := bm.Init(context.Background(), C.GoString(url), cfg)
 		if err != nil {
 			return err
 		}

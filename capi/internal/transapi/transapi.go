@@ -116,7 +116,8 @@ func hmc_trans_create(metadata, uniqueID *C.char, role C.int, protocols *C.char,
 		}
 		ctx, cancel := deadline(timeoutMS)
 		defer cancel()
-		e, err := trans.Create(ctx, goString(metadata), goString(uniqueID), cfg)
+		cfg.UniqueID = goString(uniqueID)
+		e, err := trans.Create(ctx, goString(metadata), cfg)
 		if err != nil {
 			return err
 		}
