@@ -156,7 +156,7 @@ func (f *Fabric) Create(ctx context.Context, id int, o Options) (b *BigMemory, e
 	if b.agent, err = startAgent(b); err != nil {
 		return nil, err
 	}
-	if b.grp, err = group.New(ctx, f.client, "SMEM_BM_"+strconv.Itoa(id)+"_G", group.Config{Timeout: b.ctl, Logger: b.log}); err != nil {
+	if b.grp, err = startup.JoinGroup(ctx, f.client, "SMEM_BM_"+strconv.Itoa(id)+"_G", 0, startup.Settings{ControlTimeout: b.ctl, Logger: b.log}); err != nil {
 		return nil, err
 	}
 	b.stopCB = b.grp.OnViewChange(func(_, v group.View) { b.follow(v) })

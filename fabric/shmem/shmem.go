@@ -122,7 +122,7 @@ func Init(ctx context.Context, storeURL string, cfg Config) (*World, error) {
 	if w.client, w.server, err = startup.OpenStore(ctx, "shmem", storeURL, set, startup.Member{World: worldSize, Rank: rank}); err != nil {
 		return nil, err
 	}
-	if w.grp, err = group.New(ctx, w.client, "SHM_W", group.Config{Size: worldSize, Timeout: cfg.ControlTimeout, Logger: w.log}); err != nil {
+	if w.grp, err = startup.JoinGroup(ctx, w.client, "SHM_W", worldSize, startup.Settings{ControlTimeout: cfg.ControlTimeout, Logger: w.log}); err != nil {
 		_ = w.client.Close()
 		if w.server != nil {
 			_ = w.server.Close()

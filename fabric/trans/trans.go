@@ -20,6 +20,7 @@ import (
 	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/fabric/internal/mesh"
 	"github.com/hmc-go/hmc/fabric/internal/rpc"
+	"github.com/hmc-go/hmc/fabric/internal/startup"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
@@ -217,23 +218,13 @@ func Create(ctx context.Context, metadataURL string, cfg Config) (_ *Engine, err
 func (e *Engine) openStore(ctx context.Context, url string) error {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
-	scfg := store.Config{Secret: e.cfg.Secret, TLS: e.cfg.TLS, Logger: e.log}
-	c, err := store.Open(ctx, url, scfg)
+	set := startup.Settings{InitTimeout: e.cfg.Timeout, ControlTimeout: e.cfg.Timeout, Secret: e.cfg.Secret, TLS: e.cfg.TLS,
+		Transports: e.cfg.Transports, Logger: e.log}
+	kv, rank, err := startup.OpenStoreByName(ctx, "trans", url, set, "trans/", e.id)
 	if err != nil {
-		return fmt.Errorf("trans: metadata store: %w", err)
+		return err
 	}
-	// The unranked link stays open until the ranked one is up: a store whose last client
-	// leaves wipes the job's keys, the slot just taken included.
-	defer c.Close()
-	rank, err := store.RankByName(ctx, store.Prefixed(c, "trans/"), e.id, 0)
-	if err != nil {
-		return fmt.Errorf("trans: slot for %s: %w", e.id, err)
-	}
-	scfg.Ranking, scfg.Rank = store.Explicit, rank
-	if e.kv, err = store.Open(ctx, url, scfg); err != nil {
-		return fmt.Errorf("trans: metadata store: %w", err)
-	}
-	e.rank = rank
+	e.kv, e.rank = kv, rank
 	e.unwatch = e.kv.WatchRankDown(e.rankDown)
 	h, _ := json.Marshal(e.hello()) // a hello always marshals
 	if err := e.kv.Set(ctx, engineKey(e.id), h); err != nil {

@@ -1,7 +1,8 @@
 // Package startup is what the fabric faces (Big Memory, Share Memory, the transfer engine) do
 // the same way when they start: default and check the settings they share, join the config
-// store (serving it when this process may: upstream's "store racing"), and make the host copier
-// (the one piece of a transport the faces use directly).
+// store (serving it when this process may: upstream's "store racing"; or by name, as the
+// transfer engine), set up their groups, and make the host copier (the one piece of a
+// transport the faces use directly).
 package startup
 
 import (
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hmc-go/hmc/comm"
+	"github.com/hmc-go/hmc/coord/group"
 	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport/shm"
@@ -101,6 +103,37 @@ func OpenStore(ctx context.Context, face, url string, s Settings, m Member) (sto
 		return nil, nil, fmt.Errorf("%s: the store's world has %d ranks, not %d: %w", face, w, m.World, status.ErrInvalidConfig)
 	}
 	return c, srv, nil
+}
+
+// OpenStoreByName takes the rank the store keeps for name under prefix (a stable slot: the
+// same name gets the same rank back, store.RankByName) and opens a client holding it: how a
+// face whose members are known by name rather than by rank (the transfer engine) joins.
+func OpenStoreByName(ctx context.Context, face, url string, s Settings, prefix, name string) (store.Client, int, error) {
+	cfg := store.Config{Secret: s.Secret, TLS: s.TLS, Logger: s.Logger}
+	c, err := store.Open(ctx, url, cfg)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: metadata store: %w", face, err)
+	}
+	// The unranked link stays open until the ranked one is up: a store whose last client
+	// leaves wipes the job's keys, the slot just taken included.
+	defer c.Close()
+	rank, err := store.RankByName(ctx, store.Prefixed(c, prefix), name, 0)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: slot for %s: %w", face, name, err)
+	}
+	cfg.Ranking, cfg.Rank = store.Explicit, rank
+	kv, err := store.Open(ctx, url, cfg)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: metadata store: %w", face, err)
+	}
+	return kv, rank, nil
+}
+
+// JoinGroup sets up the face's group called name on the store link c: size members, ranks
+// 0..size-1, for a static world (0: members join and leave, as Big Memory's), with the control
+// timeout for its collectives.
+func JoinGroup(ctx context.Context, c store.Client, name string, size int, s Settings) (*group.Group, error) {
+	return group.New(ctx, c, name, group.Config{Size: size, Timeout: s.ControlTimeout, Logger: s.Logger})
 }
 
 // LocalStoreURL says whether a tcp:// store URL names an address of this host, which this

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/internal/childtest"
 	"github.com/hmc-go/hmc/status"
 )
@@ -58,5 +59,46 @@ func TestOpenStore(t *testing.T) {
 	}
 	if _, _, err := OpenStore(ctx, "face", "", s, Member{World: 1}); !errors.Is(err, status.ErrInvalidConfig) {
 		t.Fatalf("empty URL: %v", err)
+	}
+}
+
+// A face known by name gets a stable slot: the same name the same rank, another name another;
+// and its group set-up works on the link.
+func TestOpenStoreByNameAndGroup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv, err := store.Listen("tcp://127.0.0.1:0", store.ServerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	url := srv.URL()
+	var s Settings
+	s.Fill()
+	a, ra, err := OpenStoreByName(ctx, "face", url, s, "names/", "127.0.0.1:5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, rb, err := OpenStoreByName(ctx, "face", url, s, "names/", "127.0.0.1:5001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if ra != 0 || rb != 1 {
+		t.Fatalf("two names: ranks %d and %d, want 0 and 1", ra, rb)
+	}
+	a.Close()
+	a2, ra2, err := OpenStoreByName(ctx, "face", url, s, "names/", "127.0.0.1:5000")
+	if err != nil || ra2 != ra {
+		t.Fatalf("the same name again: rank %d (was %d), %v", ra2, ra, err)
+	}
+	defer a2.Close()
+	g, err := JoinGroup(ctx, a2, "G", 1, s) // rank 0 of a static world of 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := g.Barrier(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
