@@ -29,6 +29,7 @@ type cudaAPI struct {
 	cuMemFreeHost             func(p uintptr) int32
 	cuMemHostRegister         func(p uintptr, size uint64, flags uint32) int32
 	cuMemHostUnregister       func(p uintptr) int32
+	cuPointerGetAttribute     func(data unsafe.Pointer, attribute int32, ptr uint64) int32
 }
 
 // loadCUDA loads the driver once per process: the library is process-global by nature.
@@ -55,6 +56,7 @@ var loadCUDA = sync.OnceValues(func() (*cudaAPI, error) {
 		{"cuMemFreeHost", &a.cuMemFreeHost},
 		{"cuMemHostRegister_v2", &a.cuMemHostRegister},
 		{"cuMemHostUnregister", &a.cuMemHostUnregister},
+		{"cuPointerGetAttribute", &a.cuPointerGetAttribute},
 	}); err != nil {
 		return nil, err
 	}

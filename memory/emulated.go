@@ -33,10 +33,13 @@ func (emulatedBackend) alloc(size uint64) (*Buffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memory: emulated device alloc of %d bytes: %w: %w", size, status.ErrFailed, err)
 	}
-	return &Buffer{ptr: Ptr(unsafe.Pointer(unsafe.SliceData(b))), size: size, fd: -1}, nil
+	p := Ptr(unsafe.Pointer(unsafe.SliceData(b)))
+	emulated.add(p, size)
+	return &Buffer{ptr: p, size: size, fd: -1}, nil
 }
 
 func (emulatedBackend) free(b *Buffer) error {
+	emulated.remove(b.ptr)
 	return unix.Munmap(HostSlice(b.ptr, b.size))
 }
 

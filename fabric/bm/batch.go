@@ -373,7 +373,11 @@ func (b *BigMemory) RegisterUserMem(addr, size uint64) error {
 		}
 		return nil
 	}
-	r, err := b.table.Register(memory.HostSlice(memory.Ptr(addr), size))
+	mem, err := memory.HostRange(memory.Ptr(addr), size) // a device address would crash a host copy
+	if err != nil {
+		return fmt.Errorf("bm: register: %w", err)
+	}
+	r, err := b.table.Register(mem)
 	if err != nil {
 		return fmt.Errorf("bm: register: %w", err)
 	}

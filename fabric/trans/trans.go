@@ -310,7 +310,11 @@ func (e *Engine) Register(addr, size uint64) error {
 		}
 		return fmt.Errorf("trans: %#x is registered with %d bytes, not %d: %w", addr, r.Size(), size, status.ErrInvalidConfig)
 	}
-	r, err := e.table.Register(memory.HostSlice(memory.Ptr(addr), size))
+	mem, err := memory.HostRange(memory.Ptr(addr), size) // a device address would crash a host copy
+	if err != nil {
+		return fmt.Errorf("trans: register: %w", err)
+	}
+	r, err := e.table.Register(mem)
 	if err != nil {
 		return fmt.Errorf("trans: register: %w", err)
 	}

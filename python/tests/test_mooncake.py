@@ -284,3 +284,20 @@ def test_metadata_server_not_there(compat_dir):
     assert rc == "-1" and float(took) < 10, r.stdout
     assert "connection refused" in r.stdout and "etcd at [127.0.0.1:" in r.stdout, r.stdout
     assert r.stderr.count("store: not reachable yet") >= 2, r.stderr
+
+
+def test_device_memory_refused(compat_dir):
+    # A GPU pointer registered with the engine is refused with the reason until device memory
+    # goes through the faces (it used to be taken as host memory: a crash or garbage). The GPU
+    # is the library's emulation here (HMC_EMULATE_GPU=1) where no CUDA device exists.
+    code = ("import hmc\nfrom mooncake.engine import TransferEngine\n"
+            "s = hmc.create_session(buffer_size=1 << 20, mem_type=hmc.MemoryType.NVIDIA_GPU, local_ip='127.0.0.1')\n"
+            "te = TransferEngine(); assert te.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', '') == 0\n"
+            "print(te.register_memory(s.buf.ptr, 1 << 20), te.batch_register_memory([s.buf.ptr], [4096]))\n"
+            "print(te.last_error)\n")
+    env = dict(os.environ, HMC_EMULATE_GPU="1", PYTHONPATH=os.pathsep.join([compat_dir, os.path.join(HERE, "..")]))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "-1 -1", r.stdout
+    assert "device memory" in lines[1], lines[1]

@@ -1,0 +1,45 @@
+package trans
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
+)
+
+// Device memory registered for transfers is refused with the reason (it used to be taken as
+// host memory: a peer's write into it crashed this process). Host memory around it still
+// registers.
+func TestRegisterDeviceMemoryRefused(t *testing.T) {
+	if memory.Probe(memory.NvidiaGPU) != nil {
+		was := memory.SetEmulateGPU(true)
+		t.Cleanup(func() { memory.SetEmulateGPU(was) })
+	}
+	m, err := memory.New(0, memory.NvidiaGPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	d, err := m.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := Create(context.Background(), P2P, Config{UniqueID: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.Register(uint64(d.Ptr()), 1<<20); !errors.Is(err, status.ErrUnsupported) || !strings.Contains(err.Error(), "device memory") {
+		t.Fatalf("registering device memory: %v", err)
+	}
+	if err := e.BatchRegister([]Buffer{{Addr: uint64(d.Ptr()) + 4096, Size: 4096}}); !errors.Is(err, status.ErrUnsupported) {
+		t.Fatalf("batch-registering device memory: %v", err)
+	}
+	host := make([]byte, 8192)
+	if err := e.Register(memory.AddrOf(host), 8192); err != nil {
+		t.Fatalf("host memory: %v", err)
+	}
+}
