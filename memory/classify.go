@@ -49,9 +49,11 @@ const (
 	cuMemoryTypeUnified             = 4
 )
 
-// Classify says what the address p points to, asking the CUDA driver when one is installed
-// (cuPointerGetAttribute) and the GPU emulation for its own allocations; device is the device
-// ordinal for Device and Managed memory. An address no driver knows is Host. HIP addresses are
+// Classify says what the address p points to, asking the CUDA driver (cuPointerGetAttribute)
+// when this process has loaded it — only then can CUDA memory exist here, and a process that
+// never used CUDA does not initialise it (which would break CUDA in children it forks) — and the
+// GPU emulation for its own allocations; device is the device ordinal for Device and Managed
+// memory. An address no driver knows is Host. HIP addresses are
 // not classified yet (ROCm's attribute layout differs between releases, and no AMD device has
 // been lent to test one): with HIP, register host memory only.
 func Classify(p Ptr) (k Kind, device int, err error) {
@@ -60,9 +62,12 @@ func Classify(p Ptr) (k Kind, device int, err error) {
 			return Device, 0, nil
 		}
 	}
+	if !loadedAlready("libcuda.so.1", "libcuda.so") {
+		return Host, 0, nil // the process has not used CUDA: nothing can be CUDA memory
+	}
 	a, lerr := loadCUDA()
 	if lerr != nil || a.cuPointerGetAttribute == nil {
-		return Host, 0, nil // no CUDA driver here: nothing can be CUDA memory
+		return Host, 0, nil // a driver without the entry point: nothing to ask
 	}
 	var mt uint32
 	switch r := a.cuPointerGetAttribute(unsafe.Pointer(&mt), cuPointerAttributeMemoryType, uint64(p)); r {

@@ -53,3 +53,14 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+// loadedAlready finds a library the process has loaded (libc, which purego's loader brings) and
+// not one it has not, loading nothing.
+func TestLoadedAlready(t *testing.T) {
+	if !loadedAlready("libc.so.6") {
+		t.Error("libc.so.6 not found among the loaded libraries")
+	}
+	if loadedAlready("libhmc-not-a-library.so.9") {
+		t.Error("found a library that does not exist")
+	}
+}

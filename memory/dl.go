@@ -26,6 +26,21 @@ func dlopenFirst(what string, names ...string) (uintptr, error) {
 		strings.Join(names, ", "), last)
 }
 
+// rtldNoLoad is glibc's RTLD_NOLOAD: dlopen only finds a library the process has loaded already.
+const rtldNoLoad = 0x4
+
+// loadedAlready says whether the process has loaded one of the libraries names (found by the
+// dynamic loader without loading anything).
+func loadedAlready(names ...string) bool {
+	for _, n := range names {
+		if h, err := purego.Dlopen(n, purego.RTLD_LAZY|rtldNoLoad); err == nil && h != 0 {
+			_ = purego.Dlclose(h) // drops the reference this lookup took
+			return true
+		}
+	}
+	return false
+}
+
 // symbol binds the C function name in library h to fptr, a pointer to a Go func variable.
 // Unlike purego.RegisterLibFunc it returns an error, not a panic, when the symbol is missing.
 type symbol struct {
