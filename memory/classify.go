@@ -3,6 +3,8 @@ package memory
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/hmc-go/hmc/status"
@@ -62,7 +64,7 @@ func Classify(p Ptr) (k Kind, device int, err error) {
 			return Device, 0, nil
 		}
 	}
-	if !loadedAlready("libcuda.so.1", "libcuda.so") {
+	if !cudaLoaded() {
 		return Host, 0, nil // the process has not used CUDA: nothing can be CUDA memory
 	}
 	a, lerr := loadCUDA()
@@ -91,6 +93,36 @@ func Classify(p Ptr) (k Kind, device int, err error) {
 	}
 	return Host, 0, fmt.Errorf("memory: %#x is CUDA memory of type %d: %w", uintptr(p), mt, status.ErrUnsupported)
 }
+
+// MayHoldDevice says whether this process can hold device memory at all (it has loaded the
+// CUDA driver, or emulates a GPU): when it cannot, every address is host memory and a caller
+// checking many (a batch's sources) need not Classify each.
+func MayHoldDevice() bool { return emulating() || cudaLoaded() }
+
+// cudaLoaded says whether the process has loaded the CUDA driver. Asking the dynamic loader
+// costs tens of microseconds (it searches the library path), too much per transfer: a "loaded"
+// answer is kept for good (a driver is never unloaded), a "not loaded" one for 50 ms, far less
+// than the driver takes to initialise and hand out its first allocation.
+func cudaLoaded() bool {
+	if cudaSeen.Load() {
+		return true
+	}
+	now := time.Now().UnixNano()
+	if now < cudaNextLook.Load() {
+		return false
+	}
+	if loadedAlready("libcuda.so.1", "libcuda.so") {
+		cudaSeen.Store(true)
+		return true
+	}
+	cudaNextLook.Store(now + int64(50*time.Millisecond))
+	return false
+}
+
+var (
+	cudaSeen     atomic.Bool
+	cudaNextLook atomic.Int64 // unix ns before which "not loaded" stands
+)
 
 // emulatedRanges are the GPU emulation's allocations, so that Classify knows them as device
 // memory, as the driver knows real ones.

@@ -10,7 +10,8 @@ import (
 	"github.com/hmc-go/hmc/status"
 )
 
-// Device memory registered for transfers is refused with the reason (it used to be taken as
+// Device memory registered for transfers, or given as a transfer's local buffer, is refused with
+// the reason (it used to be taken as
 // host memory: a peer's write into it crashed this process). Host memory around it still
 // registers.
 func TestRegisterDeviceMemoryRefused(t *testing.T) {
@@ -41,5 +42,16 @@ func TestRegisterDeviceMemoryRefused(t *testing.T) {
 	host := make([]byte, 8192)
 	if err := e.Register(memory.AddrOf(host), 8192); err != nil {
 		t.Fatalf("host memory: %v", err)
+	}
+	// Device memory as a transfer's local buffer is refused before anything is sent or copied
+	// (a host copy from it would crash this process), naming the request.
+	reqs := []Request{{Op: Write, Local: memory.AddrOf(host), Remote: memory.AddrOf(host), Size: 4096},
+		{Op: Write, Local: uint64(d.Ptr()), Remote: memory.AddrOf(host) + 4096, Size: 4096}}
+	if _, err := e.Submit(context.Background(), e.UniqueID(), reqs, nil); !errors.Is(err, status.ErrUnsupported) ||
+		!strings.Contains(err.Error(), "request 1's local buffer") {
+		t.Fatalf("a device source: %v", err)
+	}
+	if !memory.MayHoldDevice() {
+		t.Fatal("MayHoldDevice is false while device memory exists")
 	}
 }

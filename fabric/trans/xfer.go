@@ -148,6 +148,13 @@ func (e *Engine) Submit(ctx context.Context, peerID string, reqs []Request, noti
 			return nil, fmt.Errorf("trans: request %d (op %d, %d bytes %#x <-> %#x): %w", i, r.Op, r.Size, r.Local, r.Remote, status.ErrInvalidConfig)
 		}
 	}
+	if memory.MayHoldDevice() { // one look per batch; each local buffer only where device memory can exist
+		for i, r := range reqs {
+			if _, err := memory.HostRange(memory.Ptr(r.Local), r.Size); err != nil {
+				return nil, fmt.Errorf("trans: request %d's local buffer: %w", i, err)
+			}
+		}
+	}
 	p, err := e.peer(ctx, peerID)
 	if err != nil {
 		return nil, err

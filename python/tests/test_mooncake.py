@@ -294,6 +294,9 @@ def test_device_memory_refused(compat_dir):
             "s = hmc.create_session(buffer_size=1 << 20, mem_type=hmc.MemoryType.NVIDIA_GPU, local_ip='127.0.0.1')\n"
             "te = TransferEngine(); assert te.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', '') == 0\n"
             "print(te.register_memory(s.buf.ptr, 1 << 20), te.batch_register_memory([s.buf.ptr], [4096]))\n"
+            "print(te.last_error)\n"
+            "dst = te.allocate_managed_buffer(4096)\n"
+            "print(te.transfer_sync_write(te.get_local_hostname(), s.buf.ptr, dst, 4096))\n"
             "print(te.last_error)\n")
     env = dict(os.environ, HMC_EMULATE_GPU="1", PYTHONPATH=os.pathsep.join([compat_dir, os.path.join(HERE, "..")]))
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
@@ -301,3 +304,5 @@ def test_device_memory_refused(compat_dir):
     lines = r.stdout.splitlines()
     assert lines[0] == "-1 -1", r.stdout
     assert "device memory" in lines[1], lines[1]
+    # As a transfer's source it is refused too, before anything is copied from it.
+    assert lines[2] == "-1" and "local buffer" in lines[3] and "device memory" in lines[3], r.stdout
