@@ -97,6 +97,25 @@ def _u64(name, v, lo=0, hi=_U64_MAX):
     return v
 
 
+def _seq(name, vals):
+    """vals, refused (TypeError) unless it is a sequence: a list, tuple or array."""
+    if isinstance(vals, (str, bytes)) or not hasattr(vals, "__len__"):
+        raise TypeError(f"{name} must be a list, not {type(vals).__name__}")
+    return vals
+
+
+def _u64s(name, vals, conv=None):
+    """A sequence of addresses or sizes checked as _u64 checks one: plain ints in range are taken
+    as they are (one pass each for type, min and max, as batches of thousands want); anything
+    else goes through conv (default _u64) entry by entry, which names the bad one
+    ("name[i]")."""
+    _seq(name, vals)
+    if all(type(v) is int for v in vals) and (not len(vals) or (min(vals) >= 0 and max(vals) <= _U64_MAX)):
+        return vals
+    conv = conv or _u64
+    return [conv(f"{name}[{i}]", v) for i, v in enumerate(vals)]
+
+
 def _sizes(**kw):
     """Checks byte counts and offsets (None passes: a default applies)."""
     for name, v in kw.items():

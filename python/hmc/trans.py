@@ -31,7 +31,7 @@ import socket
 import threading
 from enum import IntEnum
 
-from . import Status, _b, _u64
+from . import Status, _b, _seq, _u64, _u64s
 from ._lib import LIB as _L
 
 __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "TransferStatus", "InnerTransferEngine",
@@ -130,9 +130,7 @@ def _addr(name, buf):
 
 
 def _list(name, vals):
-    if isinstance(vals, (str, bytes)) or not hasattr(vals, "__len__"):
-        raise TypeError(f"{name} must be a list, not {type(vals).__name__}")
-    if len(vals) > _MAX_BATCH:
+    if len(_seq(name, vals)) > _MAX_BATCH:
         raise ValueError(f"{name} has {len(vals)} entries (at most {_MAX_BATCH})")
     return vals
 
@@ -145,15 +143,6 @@ class _Mismatch(ValueError):
     """Lists of different lengths: Mooncake's calls return their failure value for it."""
 
 
-def _ints(name, vals, conv):
-    """vals checked as 64-bit unsigned ints: a list of plain ints in range is taken as it is (the
-    common case, one pass each for type, min and max); anything else goes through conv entry by
-    entry, which names the bad one."""
-    if all(type(v) is int for v in vals) and (not vals or (min(vals) >= 0 and max(vals) <= _U64 - 1)):
-        return vals
-    return [conv(f"{name}[{i}]", v) for i, v in enumerate(vals)]
-
-
 def _batch(buffers, peer_buffer_addresses, lengths):
     """Checked (locals, remotes, sizes), or ValueError."""
     _list("buffers", buffers)
@@ -162,9 +151,9 @@ def _batch(buffers, peer_buffer_addresses, lengths):
     if not (len(buffers) == len(peer_buffer_addresses) == len(lengths)):
         raise _Mismatch(f"buffers, peer_buffer_addresses and lengths have different lengths "
                         f"({len(buffers)}, {len(peer_buffer_addresses)}, {len(lengths)})")
-    locs = _ints("buffers", buffers, _addr)
-    rems = _ints("peer_buffer_addresses", peer_buffer_addresses, _u64)
-    lens = _ints("lengths", lengths, _u64)
+    locs = _u64s("buffers", buffers, _addr)
+    rems = _u64s("peer_buffer_addresses", peer_buffer_addresses)
+    lens = _u64s("lengths", lengths)
     if lens and max(lens) + max(max(locs), max(rems)) > _U64 - 1:
         for i, (a, r, n) in enumerate(zip(locs, rems, lens)):
             if a + n > _U64 - 1 or r + n > _U64 - 1:
@@ -213,7 +202,9 @@ def _hostname(local_hostname):
 
 def _protocols(protocol):
     """Mooncake's protocol name as the engine's transports (hmc_trans_create's list); peers on
-    this host use shared memory whatever the protocol."""
+    this host use shared memory whatever the protocol. MC_FORCE_TCP is read here, at the call:
+    the library's Go runtime keeps the environment it found when it loaded, and a script may set
+    the variable after that."""
     p = (protocol or "tcp").strip().lower()
     if p == "rdma" and os.environ.get("MC_FORCE_TCP") == "1":
         p = "tcp"

@@ -3,7 +3,7 @@ library (libhmc.so, which is also libmf_smem.so), one Go runtime per process."""
 
 import ctypes
 
-from hmc import _lib
+from hmc import _lib, _u64s
 from hmc._lib import LIB as L
 
 _u8, _u16, _u32, _u64, _i32, _int = ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32, ctypes.c_int
@@ -115,21 +115,16 @@ def b(s):
     return s.encode() if isinstance(s, str) else s
 
 
-def _checked(vals, name):
-    from hmc import _u64
-    return [_u64(f"{name}[{i}]", v) for i, v in enumerate(vals)]
-
-
 def ptrs(vals, name="addresses"):
-    return (_ptr * len(vals))(*_checked(vals, name))
+    return (_ptr * len(vals))(*_u64s(name, vals))
 
 
 def u64s(vals, name="sizes"):
-    return (_u64 * len(vals))(*_checked(vals, name))
+    return (_u64 * len(vals))(*_u64s(name, vals))
 
 
 def sizes(vals, name="sizes"):
-    return (_size * len(vals))(*_checked(vals, name))
+    return (_size * len(vals))(*_u64s(name, vals))
 
 
 def cfield(name):

@@ -13,7 +13,7 @@ import os
 import socket
 from enum import IntEnum
 
-from hmc import _u64
+from hmc import _u64, _u64s
 
 from . import _smem
 from ._smem import L as _L
@@ -44,12 +44,6 @@ SDMA = TransDataOpType.SDMA
 DEVICE_RDMA = TransDataOpType.DEVICE_RDMA
 
 _ROLES = {"Prefill": 1, "Decode": 2}
-
-
-def _u64s(name, vals):
-    if isinstance(vals, (str, bytes)) or not hasattr(vals, "__len__"):
-        raise TypeError(f"{name} must be a list, not {type(vals).__name__}")
-    return [_u64(f"{name}[{i}]", v) for i, v in enumerate(vals)]
 
 
 def _stream(stream):
