@@ -8,6 +8,7 @@ import (
 
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport/transporttest"
 )
 
 // Device memory registered for transfers, or given as a transfer's local buffer, is refused with
@@ -16,8 +17,7 @@ import (
 // registers.
 func TestRegisterDeviceMemoryRefused(t *testing.T) {
 	if memory.Probe(memory.NvidiaGPU) != nil {
-		was := memory.SetEmulateGPU(true)
-		t.Cleanup(func() { memory.SetEmulateGPU(was) })
+		transporttest.EmulateGPU(t)
 	}
 	m, err := memory.New(0, memory.NvidiaGPU)
 	if err != nil {

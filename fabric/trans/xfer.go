@@ -119,11 +119,8 @@ func (e *Engine) Transfer(ctx context.Context, peer string, reqs []Request, noti
 	if err != nil {
 		return err
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, e.cfg.Timeout)
-		defer cancel()
-	}
+	ctx, cancel := e.bound(ctx)
+	defer cancel()
 	if err := b.Wait(ctx); err != nil {
 		if b.Status() == Pending { // the wait ended, not the batch: say which batch
 			return fmt.Errorf("trans: batch of %d requests to %s: %w", len(reqs), peer, err)
