@@ -18,16 +18,20 @@ import (
 // another region.
 type Key uint32
 
-// Region is a range of host memory registered in a Table: a ConnBuffer or memory the caller
-// owns (a Go slice, or C memory the caller keeps alive), never copied. Transports serve its
-// bytes to peers between Acquire and Release.
+// Region is a range of memory registered in a Table: a ConnBuffer, memory the caller owns (a
+// Go slice, or C memory the caller keeps alive), or device memory (RegisterDevice), never
+// copied. Transports serve its bytes to peers between Acquire and Release: host memory
+// directly, device memory through ReadAt and WriteAt (or the device's own IPC, on one host).
 type Region struct {
 	table *Table
 	key   Key
-	mem   []byte
-	fd    int    // memfd behind mem, or -1
-	fdOff uint64 // mem's offset in fd
-	refs  int    // registrations of this range (nested ones return the region); guarded by table.mu
+	addr  uint64
+	size  uint64
+	mem   []byte       // the bytes of host memory; nil for device memory
+	place memory.Place // where the memory lives
+	fd    int          // memfd behind mem, or -1
+	fdOff uint64       // mem's offset in fd
+	refs  int          // registrations of this range (nested ones return the region); guarded by table.mu
 
 	peers atomic.Pointer[map[uint32]struct{}] // ranks it is published to; nil: every peer
 
@@ -41,14 +45,48 @@ type Region struct {
 func (r *Region) Key() Key { return r.key }
 
 // Addr returns the region's start address in this process (the address peers name it by).
-func (r *Region) Addr() uint64 { return memory.AddrOf(r.mem) }
+func (r *Region) Addr() uint64 { return r.addr }
 
 // Size returns the region's length in bytes.
-func (r *Region) Size() uint64 { return uint64(len(r.mem)) }
+func (r *Region) Size() uint64 { return r.size }
 
-// Bytes returns the region's memory. It stays valid while the region is registered; use it
-// between Acquire and Release where a deregistration may race.
+// Bytes returns the region's memory, or nil for device memory (reach it with ReadAt and
+// WriteAt). It stays valid while the region is registered; use it between Acquire and Release
+// where a deregistration may race.
 func (r *Region) Bytes() []byte { return r.mem }
+
+// Place says where the region's memory lives (host, or a device).
+func (r *Region) Place() memory.Place { return r.place }
+
+// OnDevice says whether the region is device memory, which the host does not address.
+func (r *Region) OnDevice() bool { return r.mem == nil }
+
+// Check validates n bytes at off against the region.
+func (r *Region) Check(off, n uint64) error { return CheckRange(r.size, off, n) }
+
+// WriteFromCPU copies host bytes src into the region at off (a device copy for device memory).
+func (r *Region) WriteFromCPU(src []byte, off uint64) error {
+	if err := r.Check(off, uint64(len(src))); err != nil {
+		return fmt.Errorf("region %d: %w", r.key, err)
+	}
+	if r.mem != nil {
+		copy(r.mem[off:], src)
+		return nil
+	}
+	return memory.CopyPlaced(memory.Ptr(r.addr+off), r.place, memory.Ptr(memory.AddrOf(src)), memory.HostPlace, uint64(len(src)))
+}
+
+// ReadToCPU copies len(dst) bytes of the region at off into host memory dst.
+func (r *Region) ReadToCPU(dst []byte, off uint64) error {
+	if err := r.Check(off, uint64(len(dst))); err != nil {
+		return fmt.Errorf("region %d: %w", r.key, err)
+	}
+	if r.mem != nil {
+		copy(dst, r.mem[off:])
+		return nil
+	}
+	return memory.CopyPlaced(memory.Ptr(memory.AddrOf(dst)), memory.HostPlace, memory.Ptr(r.addr+off), r.place, uint64(len(dst)))
+}
 
 // FD returns the memfd behind the region and the region's offset in it, or -1 when the memory
 // has none (a Go slice, C memory): same-host peers then reach it with cross-memory attach.
@@ -155,6 +193,18 @@ func NewTable() *Table { return &Table{byKey: make(map[Key]*Region)} }
 // reachable) until the last Deregister of the region returned. b is never copied.
 func (t *Table) Register(b []byte) (*Region, error) { return t.register(b, -1, 0) }
 
+// RegisterDevice registers n bytes of device memory at p, which lives at pl (memory.Locate's
+// answer, which must be a device); the caller keeps it allocated until the last Deregister.
+func (t *Table) RegisterDevice(p memory.Ptr, n uint64, pl memory.Place) (*Region, error) {
+	if !pl.OnDevice() {
+		return nil, fmt.Errorf("register device memory [%#x, +%d): it is %v memory: %w", uintptr(p), n, pl, status.ErrInvalidConfig)
+	}
+	if p == 0 || n == 0 || uint64(p)+n < uint64(p) {
+		return nil, fmt.Errorf("register device memory [%#x, +%d): %w", uintptr(p), n, status.ErrInvalidConfig)
+	}
+	return t.add(&Region{addr: uint64(p), size: n, place: pl, fd: -1})
+}
+
 // RegisterBuffer registers a host ConnBuffer. Its memfd goes with the region, so same-host
 // peers can map it.
 func (t *Table) RegisterBuffer(c *ConnBuffer) (*Region, error) {
@@ -179,8 +229,12 @@ func (t *Table) register(b []byte, fd int, fdOff uint64) (*Region, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("register: empty range: %w", status.ErrInvalidConfig)
 	}
-	start := memory.AddrOf(b)
-	end := start + uint64(len(b))
+	return t.add(&Region{addr: memory.AddrOf(b), size: uint64(len(b)), mem: b[:len(b):len(b)], place: memory.HostPlace, fd: fd, fdOff: fdOff})
+}
+
+// add puts the new region nr in the table, or returns the region that holds its range.
+func (t *Table) add(nr *Region) (*Region, error) {
+	start, end := nr.addr, nr.addr+nr.size
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	i := t.search(start)
@@ -190,6 +244,10 @@ func (t *Table) register(b []byte, fd int, fdOff uint64) (*Region, error) {
 		rs, re := r.Addr(), r.Addr()+r.Size()
 		if start < re {
 			if end <= re {
+				if r.OnDevice() != nr.OnDevice() {
+					return nil, fmt.Errorf("register [%#x, %#x) as %v memory: inside region %d of %v memory: %w",
+						start, end, nr.place, r.key, r.place, status.ErrInvalidConfig)
+				}
 				r.refs++ // inside: the same region, counted
 				return r, nil
 			}
@@ -205,7 +263,8 @@ func (t *Table) register(b []byte, fd int, fdOff uint64) (*Region, error) {
 		return nil, fmt.Errorf("register: all %d keys used: %w", maxKey, status.ErrInvalidConfig)
 	}
 	t.next++
-	r := &Region{table: t, key: t.next, mem: b[:len(b):len(b)], fd: fd, fdOff: fdOff, refs: 1}
+	r := nr
+	r.table, r.key, r.refs = t, t.next, 1
 	t.byKey[r.key] = r
 	t.sorted = slices.Insert(t.sorted, i, r)
 	return r, nil

@@ -2,10 +2,8 @@ package memory
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/hmc-go/hmc/status"
 )
@@ -51,108 +49,50 @@ const (
 	cuMemoryTypeUnified             = 4
 )
 
-// Classify says what the address p points to, asking the CUDA driver (cuPointerGetAttribute)
-// when this process has loaded it — only then can CUDA memory exist here, and a process that
-// never used CUDA does not initialise it (which would break CUDA in children it forks) — and the
-// GPU emulation for its own allocations; device is the device ordinal for Device and Managed
-// memory. An address no driver knows is Host. HIP addresses are
-// not classified yet (ROCm's attribute layout differs between releases, and no AMD device has
-// been lent to test one): with HIP, register host memory only.
+// Classify says what the address p points to, as Locate does: device is the device ordinal
+// for device and managed memory. An address no driver knows is Host.
 func Classify(p Ptr) (k Kind, device int, err error) {
-	if emulating() {
-		if emulated.contains(p) {
-			return Device, 0, nil
-		}
-	}
-	if !cudaLoaded() {
-		return Host, 0, nil // the process has not used CUDA: nothing can be CUDA memory
-	}
-	a, lerr := loadCUDA()
-	if lerr != nil || a.cuPointerGetAttribute == nil {
-		return Host, 0, nil // a driver without the entry point: nothing to ask
-	}
-	var mt uint32
-	switch r := a.cuPointerGetAttribute(unsafe.Pointer(&mt), cuPointerAttributeMemoryType, uint64(p)); r {
-	case 0:
-	case 1: // CUDA_ERROR_INVALID_VALUE: an address CUDA does not know
-		return Host, 0, nil
-	default:
-		return Host, 0, fmt.Errorf("memory: classifying %#x: %w", uintptr(p), a.check("cuPointerGetAttribute", r))
-	}
-	var managed uint32
-	_ = a.cuPointerGetAttribute(unsafe.Pointer(&managed), cuPointerAttributeIsManaged, uint64(p))
-	var ord int32
-	_ = a.cuPointerGetAttribute(unsafe.Pointer(&ord), cuPointerAttributeDeviceOrdinal, uint64(p))
-	switch {
-	case managed != 0 || mt == cuMemoryTypeUnified:
-		return Managed, int(ord), nil
-	case mt == cuMemoryTypeDevice:
-		return Device, int(ord), nil
-	case mt == cuMemoryTypeHost:
-		return PinnedHost, int(ord), nil
-	}
-	return Host, 0, fmt.Errorf("memory: %#x is CUDA memory of type %d: %w", uintptr(p), mt, status.ErrUnsupported)
+	pl, err := Locate(p)
+	return pl.Kind, pl.Device, err
 }
 
 // MayHoldDevice says whether this process can hold device memory at all (it has loaded the
 // CUDA driver, or emulates a GPU): when it cannot, every address is host memory and a caller
 // checking many (a batch's sources) need not Classify each.
-func MayHoldDevice() bool { return emulating() || cudaLoaded() }
+func MayHoldDevice() bool { return emulating() || cudaLoaded() || hipLoaded() }
 
-// cudaLoaded says whether the process has loaded the CUDA driver. Asking the dynamic loader
-// costs tens of microseconds (it searches the library path), too much per transfer: a "loaded"
-// answer is kept for good (a driver is never unloaded), a "not loaded" one for 50 ms, far less
-// than the driver takes to initialise and hand out its first allocation.
-func cudaLoaded() bool {
-	if cudaSeen.Load() {
+// cudaLoaded says whether the process has loaded the CUDA driver, hipLoaded the HIP runtime.
+func cudaLoaded() bool { return cudaLib.loaded() }
+func hipLoaded() bool  { return hipLib.loaded() }
+
+var (
+	cudaLib = libWatch{names: []string{"libcuda.so.1", "libcuda.so"}}
+	hipLib  = libWatch{names: []string{"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"}}
+)
+
+// libWatch says whether the process has loaded a library. Asking the dynamic loader costs tens
+// of microseconds (it searches the library path), too much per transfer: a "loaded" answer is
+// kept for good (a driver is never unloaded), a "not loaded" one for 50 ms, far less than a
+// driver takes to initialise and hand out its first allocation.
+type libWatch struct {
+	names    []string
+	seen     atomic.Bool
+	nextLook atomic.Int64 // unix ns before which "not loaded" stands
+}
+
+func (w *libWatch) loaded() bool {
+	if w.seen.Load() {
 		return true
 	}
 	now := time.Now().UnixNano()
-	if now < cudaNextLook.Load() {
+	if now < w.nextLook.Load() {
 		return false
 	}
-	if loadedAlready("libcuda.so.1", "libcuda.so") {
-		cudaSeen.Store(true)
+	if loadedAlready(w.names...) {
+		w.seen.Store(true)
 		return true
 	}
-	cudaNextLook.Store(now + int64(50*time.Millisecond))
-	return false
-}
-
-var (
-	cudaSeen     atomic.Bool
-	cudaNextLook atomic.Int64 // unix ns before which "not loaded" stands
-)
-
-// emulatedRanges are the GPU emulation's allocations, so that Classify knows them as device
-// memory, as the driver knows real ones.
-type emulatedRanges struct {
-	mu sync.Mutex
-	m  map[Ptr]uint64 // start -> size
-}
-
-var emulated = emulatedRanges{m: map[Ptr]uint64{}}
-
-func (e *emulatedRanges) add(p Ptr, n uint64) {
-	e.mu.Lock()
-	e.m[p] = n
-	e.mu.Unlock()
-}
-
-func (e *emulatedRanges) remove(p Ptr) {
-	e.mu.Lock()
-	delete(e.m, p)
-	e.mu.Unlock()
-}
-
-func (e *emulatedRanges) contains(p Ptr) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for s, n := range e.m {
-		if p >= s && uint64(p-s) < n {
-			return true
-		}
-	}
+	w.nextLook.Store(now + int64(50*time.Millisecond))
 	return false
 }
 
@@ -166,8 +106,7 @@ func HostRange(p Ptr, n uint64) ([]byte, error) {
 			return nil, err
 		}
 		if !k.HostAddressable() {
-			return nil, fmt.Errorf("memory: [%#x, +%d) is %v memory of device %d, not host memory: registering device memory "+
-				"for transfers is not supported yet: %w", uintptr(p), n, k, dev, status.ErrUnsupported)
+			return nil, fmt.Errorf("memory: [%#x, +%d) is %v memory of device %d, not host memory: %w", uintptr(p), n, k, dev, status.ErrUnsupported)
 		}
 	}
 	return HostSlice(p, n), nil

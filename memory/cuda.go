@@ -30,6 +30,18 @@ type cudaAPI struct {
 	cuMemHostRegister         func(p uintptr, size uint64, flags uint32) int32
 	cuMemHostUnregister       func(p uintptr) int32
 	cuPointerGetAttribute     func(data unsafe.Pointer, attribute int32, ptr uint64) int32
+
+	// Optional: bound when the driver has them (every driver of the last decade does); the
+	// paths that need them say so when one is missing.
+	cuMemcpyAsync        func(dst, src uint64, n uint64, stream uintptr) int32
+	cuStreamSynchronize  func(stream uintptr) int32
+	cuStreamCreate       func(stream *uintptr, flags uint32) int32
+	cuStreamDestroy      func(stream uintptr) int32
+	cuMemsetD8Async      func(dst uint64, v byte, n uint64, stream uintptr) int32
+	cuMemGetAddressRange func(base, size *uint64, p uint64) int32
+	cuIpcGetMemHandle    func(h *[64]byte, p uint64) int32
+	cuIpcOpenMemHandle   func(p *uint64, h cuIpcMemHandle, flags uint32) int32
+	cuIpcCloseMemHandle  func(p uint64) int32
 }
 
 // loadCUDA loads the driver once per process: the library is process-global by nature.
@@ -59,6 +71,23 @@ var loadCUDA = sync.OnceValues(func() (*cudaAPI, error) {
 		{"cuPointerGetAttribute", &a.cuPointerGetAttribute},
 	}); err != nil {
 		return nil, err
+	}
+	bindOptional(h, []symbol{
+		{"cuMemcpyAsync", &a.cuMemcpyAsync},
+		{"cuStreamSynchronize", &a.cuStreamSynchronize},
+		{"cuStreamCreate", &a.cuStreamCreate},
+		{"cuStreamDestroy_v2", &a.cuStreamDestroy},
+		{"cuMemsetD8Async", &a.cuMemsetD8Async},
+		{"cuMemGetAddressRange_v2", &a.cuMemGetAddressRange},
+		{"cuIpcGetMemHandle", &a.cuIpcGetMemHandle},
+		{"cuIpcOpenMemHandle_v2", &a.cuIpcOpenMemHandle},
+		{"cuIpcCloseMemHandle", &a.cuIpcCloseMemHandle},
+	})
+	if a.cuIpcOpenMemHandle == nil {
+		bindOptional(h, []symbol{{"cuIpcOpenMemHandle", &a.cuIpcOpenMemHandle}})
+	}
+	if a.cuStreamSynchronize == nil {
+		a.cuMemcpyAsync = nil // Copy needs both
 	}
 	if r := a.cuInit(0); r != 0 {
 		return nil, fmt.Errorf("cuda: %w: cuInit: %s", status.ErrUnsupported, a.errString(r))

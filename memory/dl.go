@@ -59,6 +59,15 @@ func bindAll(what string, h uintptr, syms []symbol) (err error) {
 	return nil
 }
 
+// bindOptional binds each symbol of syms that h has and leaves the others' func variables nil.
+func bindOptional(h uintptr, syms []symbol) {
+	for _, s := range syms {
+		if addr, err := purego.Dlsym(h, s.name); err == nil && addr != 0 {
+			purego.RegisterFunc(s.fptr, addr)
+		}
+	}
+}
+
 // goString copies a NUL-terminated C string (at most 1 KiB of it).
 func goString(p uintptr) string {
 	if p == 0 {

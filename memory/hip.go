@@ -14,6 +14,7 @@ const (
 	hipMemcpyHostToDevice   = 1
 	hipMemcpyDeviceToHost   = 2
 	hipMemcpyDeviceToDevice = 3
+	hipMemcpyDefault        = 4 // direction from the addresses (unified addressing)
 )
 
 // hipAPI is the subset of the HIP runtime (libamdhip64.so) that HMC uses.
@@ -25,6 +26,15 @@ type hipAPI struct {
 	hipFree           func(p uintptr) int32
 	hipMemcpy         func(dst, src unsafe.Pointer, n uint64, kind int32) int32
 	hipGetErrorString func(err int32) uintptr
+
+	// Optional (bound when the runtime has them).
+	hipRuntimeGetVersion    func(v *int32) int32
+	hipPointerGetAttributes func(attr *[64]byte, p uintptr) int32
+	hipMemGetAddressRange   func(base *uintptr, size *uint64, p unsafe.Pointer) int32
+	hipIpcGetMemHandle      func(h *[64]byte, p uintptr) int32
+	hipIpcOpenMemHandle     func(p *uintptr, h hipIpcMemHandle, flags uint32) int32
+	hipIpcCloseMemHandle    func(p uintptr) int32
+	hipStreamSynchronize    func(s uintptr) int32
 }
 
 var loadHIP = sync.OnceValues(func() (*hipAPI, error) {
@@ -44,6 +54,15 @@ var loadHIP = sync.OnceValues(func() (*hipAPI, error) {
 	}); err != nil {
 		return nil, err
 	}
+	bindOptional(h, []symbol{
+		{"hipRuntimeGetVersion", &a.hipRuntimeGetVersion},
+		{"hipPointerGetAttributes", &a.hipPointerGetAttributes},
+		{"hipMemGetAddressRange", &a.hipMemGetAddressRange},
+		{"hipIpcGetMemHandle", &a.hipIpcGetMemHandle},
+		{"hipIpcOpenMemHandle", &a.hipIpcOpenMemHandle},
+		{"hipIpcCloseMemHandle", &a.hipIpcCloseMemHandle},
+		{"hipStreamSynchronize", &a.hipStreamSynchronize},
+	})
 	if r := a.hipInit(0); r != 0 {
 		return nil, fmt.Errorf("hip: %w: hipInit: %s", status.ErrUnsupported, a.errString(r))
 	}
@@ -141,3 +160,44 @@ func (h *hipBackend) copyDeviceToDevice(dst, src Ptr, n uint64) error {
 }
 
 func (h *hipBackend) close() error { return nil }
+
+// locateHIP asks hipPointerGetAttributes where p lives. The attribute struct starts with the
+// memory type and the device ordinal in every ROCm release (isManaged at byte 24), but the type's
+// numbering changed in ROCm 6 (to CUDA's): the runtime's version picks it.
+func locateHIP(p Ptr) (Place, bool, error) {
+	a, err := loadHIP()
+	if err != nil || a.hipPointerGetAttributes == nil {
+		return Place{}, false, nil
+	}
+	var attr [64]byte
+	switch r := a.hipPointerGetAttributes(&attr, uintptr(p)); r {
+	case 0:
+	case 1: // hipErrorInvalidValue: memory HIP does not know (ROCm 5)
+		return Place{}, false, nil
+	default:
+		return Place{}, false, fmt.Errorf("memory: classifying %#x: %w", uintptr(p), a.check("hipPointerGetAttributes", r))
+	}
+	typ := *(*int32)(unsafe.Pointer(&attr[0]))
+	dev := int(*(*int32)(unsafe.Pointer(&attr[4])))
+	managed := *(*int32)(unsafe.Pointer(&attr[24])) != 0
+	var ver int32
+	if a.hipRuntimeGetVersion != nil {
+		_ = a.hipRuntimeGetVersion(&ver)
+	}
+	host, device, unified := int32(0), int32(1), []int32{3, 4} // ROCm 5: Host, Device, Array, Unified, Managed
+	if ver >= 60000000 {
+		if typ == 0 { // hipMemoryTypeUnregistered
+			return Place{}, false, nil
+		}
+		host, device, unified = 1, 2, []int32{3, 11} // ROCm 6: Unregistered, Host, Device, Managed, ..., Unified
+	}
+	switch {
+	case managed || typ == unified[0] || typ == unified[1]:
+		return Place{Kind: Managed, Device: dev, Vendor: AMDGPU}, true, nil
+	case typ == device:
+		return Place{Kind: Device, Device: dev, Vendor: AMDGPU}, true, nil
+	case typ == host:
+		return Place{Kind: PinnedHost, Device: dev, Vendor: AMDGPU}, true, nil
+	}
+	return Place{}, false, fmt.Errorf("memory: %#x is HIP memory of type %d: %w", uintptr(p), typ, status.ErrUnsupported)
+}

@@ -14,10 +14,23 @@ import (
 // wire the next is being copied. Host memory use is depth × chunk whatever the transfer size.
 // A Stager serves one transfer at a time.
 type Stager struct {
-	region *buffer.ConnBuffer
+	region DeviceIO // the region Receive and Send address; nil for a ring made by NewRing
 	free   chan []byte
 	frees  []func() error
 }
+
+// DeviceIO is memory the host reaches only by copies: a device ConnBuffer, a device region of a
+// Table.
+type DeviceIO interface {
+	Check(off, n uint64) error
+	WriteFromCPU(src []byte, off uint64) error
+	ReadToCPU(dst []byte, off uint64) error
+}
+
+var (
+	_ DeviceIO = (*buffer.ConnBuffer)(nil)
+	_ DeviceIO = (*buffer.Region)(nil)
+)
 
 // Staging defaults: 4 chunks of 1 MiB.
 const (
@@ -27,6 +40,17 @@ const (
 
 // NewStager allocates the ring for region (chunk and depth ≤ 0 take the defaults).
 func NewStager(region *buffer.ConnBuffer, chunk, depth int) (*Stager, error) {
+	s, err := NewRing(region.Memory().AllocStaging, chunk, depth)
+	if err != nil {
+		return nil, err
+	}
+	s.region = region
+	return s, nil
+}
+
+// NewRing allocates a ring of depth chunks with alloc (memory.AllocStagingFor for a device,
+// say), for ReceiveInto and SendFrom of any region.
+func NewRing(alloc func(uint64) ([]byte, func() error, error), chunk, depth int) (*Stager, error) {
 	if chunk <= 0 {
 		chunk = DefaultStageChunk
 	}
@@ -36,9 +60,9 @@ func NewStager(region *buffer.ConnBuffer, chunk, depth int) (*Stager, error) {
 	if depth < 2 {
 		depth = 2 // one chunk on the wire, one being copied
 	}
-	s := &Stager{region: region, free: make(chan []byte, depth)}
+	s := &Stager{free: make(chan []byte, depth)}
 	for range depth {
-		b, free, err := region.Memory().AllocStaging(uint64(chunk))
+		b, free, err := alloc(uint64(chunk))
 		if err != nil {
 			_ = s.Close()
 			return nil, fmt.Errorf("staging ring: %w", err)
@@ -70,8 +94,11 @@ type piece struct {
 // Receive reads n bytes from r into the region at off: chunk i+1 is read while chunk i is
 // copied to the device. It returns the first error (the stream's or the device's); after a
 // stream error the stream's position is undefined.
-func (s *Stager) Receive(r io.Reader, off, n uint64) error {
-	if err := s.region.Check(off, n); err != nil {
+func (s *Stager) Receive(r io.Reader, off, n uint64) error { return s.ReceiveInto(r, s.region, off, n) }
+
+// ReceiveInto is Receive into region.
+func (s *Stager) ReceiveInto(r io.Reader, region DeviceIO, off, n uint64) error {
+	if err := region.Check(off, n); err != nil {
 		return fmt.Errorf("staging: %w", err)
 	}
 	filled := make(chan piece, cap(s.free))
@@ -80,7 +107,7 @@ func (s *Stager) Receive(r io.Reader, off, n uint64) error {
 		var err error
 		for p := range filled {
 			if err == nil {
-				err = s.region.WriteFromCPU(p.b, p.off)
+				err = region.WriteFromCPU(p.b, p.off)
 			}
 			s.free <- p.b[:cap(p.b)]
 		}
@@ -112,8 +139,11 @@ func (s *Stager) Receive(r io.Reader, off, n uint64) error {
 // Send writes n bytes of the region at off to w: chunk i+1 is copied from the device while
 // chunk i is written. A device error ends the transfer before its bytes are written: the
 // stream is then short, and the caller must end it.
-func (s *Stager) Send(w io.Writer, off, n uint64) error {
-	if err := s.region.Check(off, n); err != nil {
+func (s *Stager) Send(w io.Writer, off, n uint64) error { return s.SendFrom(w, s.region, off, n) }
+
+// SendFrom is Send from region.
+func (s *Stager) SendFrom(w io.Writer, region DeviceIO, off, n uint64) error {
+	if err := region.Check(off, n); err != nil {
 		return fmt.Errorf("staging: %w", err)
 	}
 	ready := make(chan piece, cap(s.free))
@@ -131,7 +161,7 @@ func (s *Stager) Send(w io.Writer, off, n uint64) error {
 				return
 			}
 			k := min(uint64(len(b)), n-done)
-			err := s.region.ReadToCPU(b[:k], off+done)
+			err := region.ReadToCPU(b[:k], off+done)
 			ready <- piece{b: b[:k], err: err}
 			if err != nil {
 				return

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 )
 
@@ -198,6 +199,17 @@ func CheckRanges(localSize, remoteSize, localOff, remoteOff, n uint64) error {
 		return fmt.Errorf("remote: %w", err)
 	}
 	return nil
+}
+
+// DeviceRMA is implemented by endpoints that move this process's device memory themselves
+// (the same-host transport: one device copy into the target's mapping or, through IPC, its
+// device memory). Endpoints without it take device memory through a host staging ring
+// (StagedWrite, StagedRead).
+type DeviceRMA interface {
+	// WriteFromDeviceAsync is RMA's WriteAsync from n bytes of device memory at src (at pl).
+	WriteFromDeviceAsync(ctx context.Context, src memory.Ptr, pl memory.Place, n uint64, dst Remote) (*Op, error)
+	// ReadToDeviceAsync is RMA's ReadAsync into n bytes of device memory at dst (at pl).
+	ReadToDeviceAsync(ctx context.Context, dst memory.Ptr, pl memory.Place, n uint64, src Remote) (*Op, error)
 }
 
 // SharedRegion is a peer's registered region handed over as its memory descriptor: mapping

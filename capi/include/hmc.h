@@ -72,6 +72,19 @@ int hmc_memory_copy_d2h(uint64_t memory, void *dst, uint64_t src, uint64_t n);
 int hmc_memory_copy_d2d(uint64_t memory, uint64_t dst, uint64_t src, uint64_t n);
 /* Frees every allocation still live and releases the device. */
 int hmc_memory_close(uint64_t memory);
+/* Where addr lives, as the driver says: *kind 0 host, 1 pinned host, 2 device, 3 managed;
+ * *device its ordinal; *vendor its memory type (CPU, NVIDIA_GPU, AMD_GPU). Any may be NULL. */
+int hmc_memory_locate(uint64_t addr, int *kind, int *device, int *vendor);
+/* Copies n bytes between any two addresses (host or device: unified addressing); returns when
+ * the bytes are at dst. Device copies run on the legacy default stream. */
+int hmc_memory_copy(uint64_t dst, uint64_t src, uint64_t n);
+/* A non-blocking stream of device device_id (an emulated one under HMC_EMULATE_GPU=1). */
+int hmc_stream_create(int mem_type, int device_id, uint64_t *out_stream);
+/* Waits for the stream's work; addr is memory on its device (0: the first GPU). */
+int hmc_stream_sync(uint64_t stream, uint64_t addr);
+int hmc_stream_destroy(uint64_t stream, uint64_t addr);
+/* Queues setting n bytes at the device address addr to v on stream; returns at once. */
+int hmc_memory_memset_async(uint64_t addr, int v, uint64_t n, uint64_t stream);
 
 /* ---- Session: a registered buffer (ConnBuffer) and a Communicator over it ---- */
 

@@ -34,6 +34,11 @@ func infoCmd() *cobra.Command {
 			for _, ct := range []transport.ConnType{transport.TCP, transport.SHM, transport.UCX, transport.RDMA, transport.AUTO} {
 				fmt.Fprintf(w, "%v\t%d\t%s\n", ct, int(ct), transportStatus(ct))
 			}
+			fmt.Fprintln(w, "\nDEVICE MEMORY\tHOW IT MOVES")
+			fmt.Fprintln(w, "classification\tthe driver's pointer attributes (CUDA, HIP), loaded only in processes that use it")
+			fmt.Fprintln(w, "shm\tone device copy into the peer's device memory (CUDA/HIP IPC handle) or shared host memory")
+			fmt.Fprintln(w, "tcp\tthrough pinned staging rings on both sides, copies overlapping the wire")
+			fmt.Fprintf(w, "ucx\t%s\n", ucx.DeviceMemory())
 			if rs, err := ucx.Resources(); err == nil {
 				fmt.Fprintln(w, "\nUCX TRANSPORT\tDEVICE\tMEMORY DOMAIN")
 				for _, r := range rs {

@@ -375,7 +375,8 @@ func (b *BigMemory) RegisterUserMem(addr, size uint64) error {
 	}
 	mem, err := memory.HostRange(memory.Ptr(addr), size) // a device address would crash a host copy
 	if err != nil {
-		return fmt.Errorf("bm: register: %w", err)
+		return fmt.Errorf("bm: register: %w (device memory joins an object as its HBM slice, LocalHBM, and is copied "+
+			"with the LocalDevice copy types without registration)", err)
 	}
 	r, err := b.table.Register(mem)
 	if err != nil {

@@ -11,11 +11,11 @@ import (
 	"github.com/hmc-go/hmc/transport/transporttest"
 )
 
-// Device memory registered for transfers, or given as a transfer's local buffer, is refused with
-// the reason (it used to be taken as
-// host memory: a peer's write into it crashed this process). Host memory around it still
-// registers.
-func TestRegisterDeviceMemoryRefused(t *testing.T) {
+// Device memory registers as device memory (the driver says so; it is never taken as host
+// memory, which crashed this process when a peer wrote into it), whole or in parts; a range
+// that straddles device and host memory is refused naming both, and so is such a range as a
+// transfer's local buffer, before anything is sent or copied.
+func TestRegisterDeviceMemory(t *testing.T) {
 	if memory.Probe(memory.NvidiaGPU) != nil {
 		transporttest.EmulateGPU(t)
 	}
@@ -33,23 +33,28 @@ func TestRegisterDeviceMemoryRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if err := e.Register(uint64(d.Ptr()), 1<<20); !errors.Is(err, status.ErrUnsupported) || !strings.Contains(err.Error(), "device memory") {
+	if err := e.Register(uint64(d.Ptr()), 1<<20); err != nil {
 		t.Fatalf("registering device memory: %v", err)
 	}
-	if err := e.BatchRegister([]Buffer{{Addr: uint64(d.Ptr()) + 4096, Size: 4096}}); !errors.Is(err, status.ErrUnsupported) {
-		t.Fatalf("batch-registering device memory: %v", err)
+	if err := e.BatchRegister([]Buffer{{Addr: uint64(d.Ptr()) + 4096, Size: 4096}}); err != nil {
+		t.Fatalf("batch-registering device memory inside a registered range: %v", err)
+	}
+	regs := e.table.Regions()
+	if len(regs) != 1 || !regs[0].OnDevice() || regs[0].Place().Kind != memory.Device {
+		t.Fatalf("registered regions: %d, the first on device: %v", len(regs), len(regs) > 0 && regs[0].OnDevice())
 	}
 	host := make([]byte, 8192)
 	if err := e.Register(memory.AddrOf(host), 8192); err != nil {
 		t.Fatalf("host memory: %v", err)
 	}
-	// Device memory as a transfer's local buffer is refused before anything is sent or copied
-	// (a host copy from it would crash this process), naming the request.
+	if err := e.Register(uint64(d.Ptr())+1<<20-4096, 8192); err == nil || !strings.Contains(err.Error(), "ends in") {
+		t.Fatalf("a range from device memory into what follows it: %v", err)
+	}
 	reqs := []Request{{Op: Write, Local: memory.AddrOf(host), Remote: memory.AddrOf(host), Size: 4096},
-		{Op: Write, Local: uint64(d.Ptr()), Remote: memory.AddrOf(host) + 4096, Size: 4096}}
-	if _, err := e.Submit(context.Background(), e.UniqueID(), reqs, nil); !errors.Is(err, status.ErrUnsupported) ||
+		{Op: Write, Local: uint64(d.Ptr()) + 1<<20 - 8, Remote: memory.AddrOf(host) + 4096, Size: 4096}}
+	if _, err := e.Submit(context.Background(), e.UniqueID(), reqs, nil); !errors.Is(err, status.ErrInvalidConfig) ||
 		!strings.Contains(err.Error(), "request 1's local buffer") {
-		t.Fatalf("a device source: %v", err)
+		t.Fatalf("a source running out of device memory: %v", err)
 	}
 	if !memory.MayHoldDevice() {
 		t.Fatal("MayHoldDevice is false while device memory exists")

@@ -91,14 +91,15 @@ type Engine struct {
 	rank    int // our slot in the store (-1 without one)
 
 	mu      sync.Mutex
-	regs    map[uint64]*buffer.Region     // registered by address; guarded by mu
-	order   []uint64                      // registration order; guarded by mu
-	managed map[uint64]*buffer.ConnBuffer // Malloc'ed, by address; guarded by mu
-	peers   map[string]*peer              // by unique id; guarded by mu
-	byRank  map[int]string                // store slot -> unique id of known peers; guarded by mu
-	nextID  int                           // mesh ids handed to peers; guarded by mu
-	notifs  []Notify                      // received; guarded by mu
-	closed  bool                          // guarded by mu
+	regs    map[uint64]*buffer.Region            // registered by address; guarded by mu
+	order   []uint64                             // registration order; guarded by mu
+	managed map[uint64]*buffer.ConnBuffer        // Malloc'ed, by address; guarded by mu
+	peers   map[string]*peer                     // by unique id; guarded by mu
+	byRank  map[int]string                       // store slot -> unique id of known peers; guarded by mu
+	nextID  int                                  // mesh ids handed to peers; guarded by mu
+	rings   map[memory.Place]*transport.HostRing // staging for local device memory; guarded by mu
+	notifs  []Notify                             // received; guarded by mu
+	closed  bool                                 // guarded by mu
 
 	wg sync.WaitGroup // batches' goroutines
 }
@@ -310,11 +311,16 @@ func (e *Engine) Register(addr, size uint64) error {
 		}
 		return fmt.Errorf("trans: %#x is registered with %d bytes, not %d: %w", addr, r.Size(), size, status.ErrInvalidConfig)
 	}
-	mem, err := memory.HostRange(memory.Ptr(addr), size) // a device address would crash a host copy
+	pl, err := memory.LocateRange(memory.Ptr(addr), size) // the driver says what it is: never assumed
 	if err != nil {
 		return fmt.Errorf("trans: register: %w", err)
 	}
-	r, err := e.table.Register(mem)
+	var r *buffer.Region
+	if pl.OnDevice() {
+		r, err = e.table.RegisterDevice(memory.Ptr(addr), size, pl)
+	} else {
+		r, err = e.table.Register(memory.HostSlice(memory.Ptr(addr), size))
+	}
 	if err != nil {
 		return fmt.Errorf("trans: register: %w", err)
 	}
@@ -561,6 +567,10 @@ func (e *Engine) Close() error {
 	e.mu.Lock()
 	regs := e.regs
 	e.regs = map[uint64]*buffer.Region{}
+	for _, r := range e.rings { // every batch has ended (wg): no transfer uses them
+		errs = append(errs, r.Close())
+	}
+	e.rings = nil
 	e.mu.Unlock()
 	for _, r := range regs {
 		errs = append(errs, e.table.Deregister(ctx, r))

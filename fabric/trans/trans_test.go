@@ -26,7 +26,11 @@ import (
 
 func TestMain(m *testing.M) {
 	storetest.ServeIfChild()
-	if os.Getenv("HMC_TRANS_CHILD") != "" {
+	switch os.Getenv("HMC_TRANS_CHILD") {
+	case "":
+	case "devtarget":
+		os.Exit(devChild())
+	default:
 		os.Exit(child())
 	}
 	goleak.VerifyTestMain(m)

@@ -145,10 +145,21 @@ func (e *Engine) Submit(ctx context.Context, peerID string, reqs []Request, noti
 			return nil, fmt.Errorf("trans: request %d (op %d, %d bytes %#x <-> %#x): %w", i, r.Op, r.Size, r.Local, r.Remote, status.ErrInvalidConfig)
 		}
 	}
+	var places []memory.Place   // each request's local place; nil: all host memory
 	if memory.MayHoldDevice() { // one look per batch; each local buffer only where device memory can exist
 		for i, r := range reqs {
-			if _, err := memory.HostRange(memory.Ptr(r.Local), r.Size); err != nil {
+			pl, err := memory.LocateRange(memory.Ptr(r.Local), r.Size)
+			if err != nil {
 				return nil, fmt.Errorf("trans: request %d's local buffer: %w", i, err)
+			}
+			if pl.OnDevice() && places == nil {
+				places = make([]memory.Place, len(reqs))
+				for j := range i {
+					places[j] = memory.HostPlace
+				}
+			}
+			if places != nil {
+				places[i] = pl
 			}
 		}
 	}
@@ -156,10 +167,12 @@ func (e *Engine) Submit(ctx context.Context, peerID string, reqs []Request, noti
 	if err != nil {
 		return nil, err
 	}
-	reqs = mergeRequests(reqs)
+	if places == nil {
+		reqs = mergeRequests(reqs) // device requests stay apart: neighbouring allocations are not one
+	}
 	b := &Batch{done: make(chan struct{})}
 	b.state.Store(int32(Pending))
-	ops, kind, ep, err := e.post(ctx, p, reqs)
+	ops, kind, ep, err := e.post(ctx, p, reqs, places)
 	if err != nil {
 		e.dropIfGone(p, err)
 		return nil, err
@@ -222,8 +235,10 @@ func (e *Engine) dropIfGone(p *peer, err error) {
 }
 
 // post posts every request on the first transport to p that connects (shared memory for a peer
-// on this host, then the others in Config.Kinds' order).
-func (e *Engine) post(ctx context.Context, p *peer, reqs []Request) ([]*transport.Op, transport.ConnType, transport.Endpoint, error) {
+// on this host, then the others in Config.Kinds' order). Requests whose local memory is on a
+// device (places[i]) go by the endpoint's own device path (same host: one device copy), else
+// through a staging ring of the device's.
+func (e *Engine) post(ctx context.Context, p *peer, reqs []Request, places []memory.Place) ([]*transport.Op, transport.ConnType, transport.Endpoint, error) {
 	kinds := make([]transport.ConnType, 0, len(e.cfg.Kinds))
 	for _, k := range e.cfg.Kinds {
 		if k != transport.SHM || e.mesh.SameHost(p.card) {
@@ -236,7 +251,11 @@ func (e *Engine) post(ctx context.Context, p *peer, reqs []Request) ([]*transpor
 	}
 	r := ep.(transport.RMA)
 	ops := make([]*transport.Op, 0, len(reqs))
-	for _, q := range reqs {
+	for i, q := range reqs {
+		if places != nil && places[i].OnDevice() {
+			ops = append(ops, e.postDevice(ctx, r, q, places[i]))
+			continue
+		}
 		local := memory.HostSlice(memory.Ptr(q.Local), q.Size)
 		remote := transport.Remote{Addr: q.Remote}
 		var op *transport.Op
@@ -251,6 +270,59 @@ func (e *Engine) post(ctx context.Context, p *peer, reqs []Request) ([]*transpor
 		ops = append(ops, op)
 	}
 	return ops, k, ep, nil
+}
+
+// postDevice posts one request whose local memory is device memory at pl.
+func (e *Engine) postDevice(ctx context.Context, r transport.RMA, q Request, pl memory.Place) *transport.Op {
+	remote := transport.Remote{Addr: q.Remote}
+	if d, ok := r.(transport.DeviceRMA); ok {
+		var op *transport.Op
+		var err error
+		if q.Op == Write {
+			op, err = d.WriteFromDeviceAsync(ctx, memory.Ptr(q.Local), pl, q.Size, remote)
+		} else {
+			op, err = d.ReadToDeviceAsync(ctx, memory.Ptr(q.Local), pl, q.Size, remote)
+		}
+		if err != nil {
+			return transport.Failed(err)
+		}
+		return op
+	}
+	ring, err := e.ring(pl)
+	if err != nil {
+		return transport.Failed(err)
+	}
+	// The batch's goroutine bounds the wait; the ring's transfers stop with the engine's timeout.
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.Timeout)
+	var op *transport.Op
+	if q.Op == Write {
+		op = ring.Write(tctx, r, memory.Ptr(q.Local), q.Size, remote)
+	} else {
+		op = ring.Read(tctx, r, memory.Ptr(q.Local), q.Size, remote)
+	}
+	go func() { <-op.Done(); cancel() }() // owned by op: ends with it
+	return op
+}
+
+// ring returns the staging ring of device memory at pl, made on first use.
+func (e *Engine) ring(pl memory.Place) (*transport.HostRing, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, fmt.Errorf("trans: %w", status.ErrClosed)
+	}
+	if r := e.rings[pl]; r != nil {
+		return r, nil
+	}
+	r, err := transport.NewHostRing(pl, 0, 0)
+	if err != nil {
+		return nil, fmt.Errorf("trans: %w", err)
+	}
+	if e.rings == nil {
+		e.rings = map[memory.Place]*transport.HostRing{}
+	}
+	e.rings[pl] = r
+	return r, nil
 }
 
 // mergeRequests joins neighbours of the same direction whose local and remote ranges are both

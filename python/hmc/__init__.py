@@ -158,8 +158,29 @@ def _torch_device(t):
     return mt, (t.device.index or 0)
 
 
+def _device_of(obj, addr):
+    """(MemoryType, device index) of device memory at addr, held by obj."""
+    if _is_torch(obj):
+        return _torch_device(obj)
+    from . import device
+    _, dev, mt = device.locate(addr)
+    return mt, dev
+
+
+def _cuda_array(obj):
+    """(address, nbytes, keepalive, True) of an object with __cuda_array_interface__, else None."""
+    if not hasattr(obj, "__cuda_array_interface__"):
+        return None
+    from . import device
+    addr, n = device.cuda_array(obj)
+    return addr, n, obj, True
+
+
 def _source(data):
     """(address, nbytes, keepalive, is_gpu) of a payload, without copying contiguous data."""
+    c = _cuda_array(data) if not _is_torch(data) else None
+    if c is not None:
+        return c
     if _is_torch(data):
         t = data if data.is_contiguous() else data.contiguous()
         return t.data_ptr(), t.numel() * t.element_size(), t, bool(t.is_cuda)
@@ -182,6 +203,9 @@ def _source(data):
 
 def _dest(dst):
     """(address, capacity, keepalive, is_gpu) of a writable, contiguous destination."""
+    c = _cuda_array(dst) if not _is_torch(dst) else None
+    if c is not None:
+        return c
     if _is_torch(dst):
         if not dst.is_contiguous():
             raise ValueError("destination tensor must be contiguous")
@@ -236,7 +260,7 @@ class IOBuffer:
                 raise ValueError(f"nbytes {nbytes} exceeds the source's {n} bytes")
             n = nbytes
         if gpu:
-            mt, dev = _torch_device(keep)
+            mt, dev = _device_of(keep, addr)
             _check(_L.hmc_buffer_write_device(self._s._h, addr, n, offset, int(mt), dev), "buffer put (gpu)")
         else:
             _check(_L.hmc_buffer_write(self._s._h, addr, n, offset), "buffer put")
@@ -256,7 +280,7 @@ class IOBuffer:
         if n > cap:
             raise ValueError(f"nbytes {n} exceeds the destination's {cap} bytes")
         if gpu:
-            mt, dev = _torch_device(keep)
+            mt, dev = _device_of(keep, addr)
             _check(_L.hmc_buffer_read_device(self._s._h, addr, n, offset, int(mt), dev), "buffer get (gpu)")
         else:
             _check(_L.hmc_buffer_read(self._s._h, addr, n, offset), "buffer get")
@@ -467,7 +491,7 @@ class Session:
     # streams of any size
     def send_data(self, ip, port, data, conn=ConnType.AUTO, timeout=DEFAULT_TIMEOUT):
         addr, n, keep, gpu = _source(data)
-        mt, dev = _torch_device(keep) if gpu else (MemoryType.CPU, 0)
+        mt, dev = _device_of(keep, addr) if gpu else (MemoryType.CPU, 0)
         _check(_L.hmc_session_send_data(self._h, _b(ip), port, addr, n, int(mt), dev, int(conn),
                                         _ms(timeout)), "send data")
         del keep
@@ -475,7 +499,7 @@ class Session:
 
     def recv_data_into(self, ip, port, dest, conn=ConnType.AUTO, timeout=DEFAULT_TIMEOUT):
         addr, cap, keep, gpu = _dest(dest)
-        mt, dev = _torch_device(keep) if gpu else (MemoryType.CPU, 0)
+        mt, dev = _device_of(keep, addr) if gpu else (MemoryType.CPU, 0)
         got = ctypes.c_uint64()
         _check(_L.hmc_session_recv_data(self._h, _b(ip), port, addr, cap, int(mt), dev,
                                         ctypes.byref(got), int(conn), _ms(timeout)), "recv data")

@@ -32,6 +32,7 @@ import threading
 from enum import IntEnum
 
 from . import Status, _b, _seq, _u64, _u64s
+from . import device as _device
 from ._lib import LIB as _L
 
 __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "TransferStatus", "InnerTransferEngine",
@@ -40,9 +41,10 @@ __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "TransferStatus
 
 log = logging.getLogger("hmc.trans")
 
-# What this build moves (Mooncake's module attributes of the same names). Device memory comes
-# with HMC-Go's device-memory work; until then the *_on_cuda forms fail with the reason.
-SUPPORT_CUDA = False
+# What this build moves (Mooncake's module attributes of the same names). CUDA device memory is
+# classified and moved through the driver loaded at run time (no CUDA build needed); HIP is
+# classified and copied too, but has not run on an AMD device, so it is not claimed.
+SUPPORT_CUDA = True
 SUPPORT_HIP = False
 SUPPORT_EFA = False
 SUPPORT_MNNVL = False
@@ -119,9 +121,13 @@ class InnerTransferEngine:
 
 
 def _addr(name, buf):
-    """An int address, or the data pointer of a NumPy array / torch tensor / ctypes object."""
+    """An int address, or the data pointer of a NumPy array / torch tensor (CPU or CUDA) / object
+    with __cuda_array_interface__ (CuPy, hmc.device.DeviceArray) / ctypes object."""
     if hasattr(buf, "data_ptr"):  # torch
         return int(buf.data_ptr())
+    cai = _device.cuda_array(buf)
+    if cai is not None:
+        return cai[0]
     if hasattr(buf, "ctypes") and hasattr(buf.ctypes, "data"):  # numpy
         return int(buf.ctypes.data)
     if isinstance(buf, (ctypes.Array, ctypes.Structure)):
@@ -514,7 +520,11 @@ class TransferEngine:
         if not self._inside(a, n):
             self._fail(f"write_bytes_to_buffer: {n} bytes at {a:#x} are not in memory registered or allocated through this engine")
             return -1
-        ctypes.memmove(a, bytes(data[:n]) if not isinstance(data, bytes) else data, n)
+        src = bytes(data[:n]) if not isinstance(data, bytes) else data
+        # Through the library, which asks the driver: dest_address may be device memory.
+        if n and _L.hmc_memory_copy(a, ctypes.cast(ctypes.c_char_p(src), ctypes.c_void_p).value, n) != 0:
+            self._fail(f"write_bytes_to_buffer: {_L.hmc_last_error().decode()}")
+            return -1
         self.last_error = ""
         return 0
 
@@ -525,8 +535,12 @@ class TransferEngine:
         if not self._inside(a, n):
             self._fail(f"read_bytes_from_buffer: {n} bytes at {a:#x} are not in memory registered or allocated through this engine")
             return b""
+        out = (ctypes.c_char * n)()
+        if n and _L.hmc_memory_copy(ctypes.addressof(out), a, n) != 0:  # a may be device memory
+            self._fail(f"read_bytes_from_buffer: {_L.hmc_last_error().decode()}")
+            return b""
         self.last_error = ""
-        return ctypes.string_at(a, n)
+        return out.raw
 
     def get_first_buffer_address(self, segment_name):
         """The address of the first buffer segment_name registered (this engine's own name: its
@@ -691,24 +705,40 @@ class TransferEngine:
 
     # ---- device memory --------------------------------------------------------------------------
 
-    def _on_cuda(self, what):
-        raise RuntimeError(f"{what}: transfers ordered on a CUDA stream need device memory support, which this build "
-                           "of HMC-Go does not have yet (SUPPORT_CUDA is False): synchronize the stream and use "
-                           "transfer_sync_write / batch_transfer_sync_write")
+    def _on_cuda(self, what, target, op, buffers, peers, lengths, stream_ptr, transport_hint):
+        """Mooncake's stream-ordered forms: the transfer starts once the work queued on stream_ptr
+        before the call has finished, and work queued on it after the call starts once the
+        transfer has finished. Upstream enqueues a host callback and returns at once (and ends
+        the process with _exit(1) if the transfer fails); here the call waits for the stream,
+        runs the transfer, and returns when it is done, raising RuntimeError on failure."""
+        _hint(transport_hint)
+        s = _u64("stream_ptr", stream_ptr)
+        locs, _, _ = _batch(buffers, peers, lengths)
+        if not self._ready(what):
+            raise RuntimeError(f"{what}: {self.last_error}")
+        if _L.hmc_stream_sync(s, locs[0] if locs else 0) != 0:
+            msg = _L.hmc_last_error()
+            raise RuntimeError(f"{what}: waiting for stream {s:#x}: {msg.decode() if msg else 'failed'}")
+        if self._sync(what, target, op, buffers, peers, lengths) != 0:
+            raise RuntimeError(f"{what}: {self.last_error}")
 
     def transfer_write_on_cuda(self, target_hostname, buffer, peer_buffer_address, length, stream_ptr=0, transport_hint=""):
-        self._on_cuda("transfer_write_on_cuda")
+        self._on_cuda("transfer_write_on_cuda", target_hostname, Write, [buffer], [peer_buffer_address], [length],
+                      stream_ptr, transport_hint)
 
     def transfer_read_on_cuda(self, target_hostname, buffer, peer_buffer_address, length, stream_ptr=0, transport_hint=""):
-        self._on_cuda("transfer_read_on_cuda")
+        self._on_cuda("transfer_read_on_cuda", target_hostname, Read, [buffer], [peer_buffer_address], [length],
+                      stream_ptr, transport_hint)
 
     def batch_transfer_write_on_cuda(self, target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr=0,
                                      transport_hint=""):
-        self._on_cuda("batch_transfer_write_on_cuda")
+        self._on_cuda("batch_transfer_write_on_cuda", target_hostname, Write, buffers, peer_buffer_addresses, lengths,
+                      stream_ptr, transport_hint)
 
     def batch_transfer_read_on_cuda(self, target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr=0,
                                     transport_hint=""):
-        self._on_cuda("batch_transfer_read_on_cuda")
+        self._on_cuda("batch_transfer_read_on_cuda", target_hostname, Read, buffers, peer_buffer_addresses, lengths,
+                      stream_ptr, transport_hint)
 
     # ---- life cycle -----------------------------------------------------------------------------
 

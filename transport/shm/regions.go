@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -48,6 +49,7 @@ type regionServer struct {
 	ctlFD  int
 	pid    int
 	remove func() // removes the fence
+	log    *slog.Logger
 
 	mu    sync.Mutex
 	slots map[buffer.Key]slotUse // guarded by mu: the words of live regions peers resolved
@@ -61,7 +63,7 @@ type slotUse struct {
 	legacy    bool // a version-2 peer has it: never reuse it
 }
 
-func newRegionServer(t *buffer.Table) (*regionServer, error) {
+func newRegionServer(t *buffer.Table, log *slog.Logger) (*regionServer, error) {
 	fd, err := unix.MemfdCreate("hmc-shm-control", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("shm: control page: %w: %w", status.ErrFailed, err)
@@ -77,7 +79,7 @@ func newRegionServer(t *buffer.Table) (*regionServer, error) {
 		_ = unix.Close(fd)
 		return nil, fmt.Errorf("shm: control page: %w: %w", status.ErrFailed, err)
 	}
-	rs := &regionServer{table: t, ctl: m, ctlFD: fd, pid: os.Getpid(), slots: make(map[buffer.Key]slotUse)}
+	rs := &regionServer{table: t, ctl: m, ctlFD: fd, pid: os.Getpid(), slots: make(map[buffer.Key]slotUse), log: log}
 	rs.remove = t.AddFence(rs.fence)
 	return rs, nil
 }
@@ -172,18 +174,20 @@ func word(ctl []byte, s uint32) *atomic.Uint64 {
 	return w
 }
 
-// answer handles one region request of the link of the peer of rank peer; fds are the
-// descriptors to send with the reply. controlSent says whether this link already has the
-// control page, gens whether it runs version 3 (the peer checks generations). A region not
-// published to the peer is not found.
-func (rs *regionServer) answer(peer uint32, q linkReq, controlSent, gens bool) (resp linkResp, fds []int) {
+// answer handles one region request of the link (of version ver) of the peer of rank peer;
+// fds are the descriptors to send with the reply, owned those of them to close once sent.
+// controlSent says whether this link already has the control page. A region not published to
+// the peer is not found; a device region is answered with its IPC handle (version 4; earlier
+// peers are told it does not exist, as they could not reach it).
+func (rs *regionServer) answer(peer uint32, q linkReq, controlSent bool, ver uint16) (resp linkResp, fds, owned []int) {
+	gens := ver >= 3
 	resp = linkResp{op: lopResolved, id: q.id}
 	if q.op == lopAtomic {
 		resp.op = lopAtomicOK
 	}
 	if rs == nil {
 		resp.status = lstNotFound
-		return resp, nil
+		return resp, nil, nil
 	}
 	var (
 		reg *buffer.Region
@@ -201,28 +205,52 @@ func (rs *regionServer) answer(peer uint32, q linkReq, controlSent, gens bool) (
 		if errors.Is(err, status.ErrOutOfRange) {
 			resp.status = lstOutOfRange
 		}
-		return resp, nil
+		return resp, nil, nil
 	}
 	defer reg.Release()
 	resp.key = uint32(reg.Key())
+	if reg.OnDevice() {
+		switch {
+		case ver < 4:
+			resp.status = lstNotFound
+			return resp, nil, nil
+		case q.op == lopAtomic:
+			resp.status = lstMisaligned // no device word is reachable from the host
+			return resp, nil, nil
+		}
+		h, err := memory.ExportIPC(memory.Ptr(reg.Addr()), reg.Place())
+		if err != nil {
+			rs.log.Warn("shm: a device region cannot be shared with a peer", "region", reg.Key(), "err", err)
+			resp.status = lstDevice
+			return resp, nil, nil
+		}
+		resp.flags |= lflagDevice
+		resp.dev = devRecord{vendor: uint8(h.Vendor), emulated: h.Emulated(), device: int32(h.Device), size: h.Size, offset: h.Offset, raw: h.Raw}
+		if h.Emulated() {
+			resp.flags |= lflagRegionFD
+			fds = append(fds, h.FD)
+			owned = append(owned, h.FD)
+		}
+	}
 	if q.op == lopAtomic {
 		old, err := buffer.Atomic(reg.Bytes(), off, buffer.AtomicOp(q.aop), q.operand, q.compare)
 		if err != nil {
 			resp.status = lstMisaligned
 		}
 		resp.addr = old
-		return resp, nil
+		return resp, nil, nil
 	}
 	s, gen, st := rs.slot(reg, !gens)
 	if st != lstOK {
 		resp.status = st
-		return resp, nil
+		closeFDs(owned)
+		return linkResp{op: resp.op, id: resp.id, key: resp.key, status: st}, nil, nil
 	}
 	resp.addr, resp.size, resp.slot = reg.Addr(), reg.Size(), s
 	if gens {
 		resp.gen = gen
 	}
-	if fd, fdOff := reg.FD(); fd >= 0 {
+	if fd, fdOff := reg.FD(); fd >= 0 && !reg.OnDevice() {
 		resp.flags |= lflagRegionFD
 		resp.fdOff = fdOff
 		fds = append(fds, fd)
@@ -231,5 +259,5 @@ func (rs *regionServer) answer(peer uint32, q linkReq, controlSent, gens bool) (
 		resp.flags |= lflagControlFD
 		fds = append(fds, rs.ctlFD)
 	}
-	return resp, fds
+	return resp, fds, owned
 }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
@@ -20,8 +21,11 @@ import (
 type peerRegion struct {
 	key        buffer.Key
 	addr, size uint64
-	mem        []byte         // the region in our mapping; nil: cross-memory attach
+	mem        []byte         // the region in our mapping; nil: cross-memory attach or device memory
 	whole      []byte         // the mapping, for munmap
+	dev        memory.Ptr     // device memory: the region opened here through its IPC handle
+	devPlace   memory.Place   // where dev lives here
+	closeDev   func() error   // unmaps dev
 	slot       *atomic.Uint64 // its word in the target's control page
 	gen        uint32         // the word's generation when the target gave it (checked on version-3 links)
 	checkGen   bool
@@ -86,6 +90,14 @@ func (p *peerRegions) readReplies(c *net.UnixConn) error {
 		resp, err := decodeLinkResp(&b)
 		if err == nil && p.version < 3 && resp.gen != 0 {
 			err = fmt.Errorf("shm: a generation in an answer on a version-%d link: %w", p.version, status.ErrProtocol)
+		}
+		if err == nil && resp.flags&lflagDevice != 0 {
+			var d [devRecordSize]byte
+			if p.version < 4 {
+				err = fmt.Errorf("shm: a device region on a version-%d link: %w", p.version, status.ErrProtocol)
+			} else if _, err = io.ReadFull(c, d[:]); err == nil {
+				resp.dev, err = decodeDevRecord(d[:])
+			}
 		}
 		if err != nil {
 			closeFDs(fds)
@@ -220,7 +232,24 @@ func (p *peerRegions) add(resp linkResp, fds []int) (*peerRegion, error) {
 		return r, nil // another requester cached it meanwhile
 	}
 	r := &peerRegion{key: key, addr: resp.addr, size: resp.size, slot: word(p.ctl, resp.slot), gen: resp.gen, checkGen: p.version >= 3}
-	if regionFD >= 0 {
+	if resp.flags&lflagDevice != 0 {
+		d := resp.dev
+		if d.size-d.offset < resp.size {
+			return nil, fmt.Errorf("shm: device region %d of %d bytes at offset %d of a %d-byte allocation: %w", key, resp.size, d.offset, d.size, status.ErrProtocol)
+		}
+		h := memory.IPCHandle{Vendor: memory.Type(d.vendor), Device: int(d.device), Raw: d.raw, FD: -1, Size: d.size, Offset: d.offset}
+		if d.emulated {
+			if regionFD < 0 {
+				return nil, fmt.Errorf("shm: an emulated device region without its descriptor: %w", status.ErrProtocol)
+			}
+			h.FD = regionFD
+		}
+		dev, pl, closeDev, err := memory.OpenIPC(h)
+		if err != nil {
+			return nil, fmt.Errorf("shm: opening device region %d of the target: %w", key, err)
+		}
+		r.dev, r.devPlace, r.closeDev = dev, pl, closeDev
+	} else if regionFD >= 0 {
 		m, err := mapRegion(regionFD, resp.fdOff, resp.size)
 		if err != nil {
 			return nil, fmt.Errorf("shm: region %d: %w", key, err)
@@ -281,6 +310,10 @@ func (p *peerRegions) drop(r *peerRegion) {
 }
 
 func (r *peerRegion) unmap() {
+	if r.closeDev != nil {
+		_ = r.closeDev() // r is out of the cache and nobody copies
+		r.closeDev, r.dev = nil, 0
+	}
 	if r.whole != nil {
 		_ = unix.Munmap(r.whole) // r is out of the cache and nobody copies: none can fault
 		r.whole, r.mem = nil, nil
@@ -390,6 +423,8 @@ func linkRefusal(st uint8) error {
 		return fmt.Errorf("shm: target refused an atomic on a word not 8-byte aligned: %w", status.ErrInvalidConfig)
 	case lstNoSlot:
 		return fmt.Errorf("shm: the target serves %d regions to peers already, its most: %w", ctlSlots, status.ErrUnsupported)
+	case lstDevice:
+		return fmt.Errorf("shm: the region is device memory the target could not export to this process (its log says why): %w", status.ErrUnsupported)
 	default:
 		return fmt.Errorf("shm: target has no such region (unknown, stale or deregistered): %w", status.ErrNotFound)
 	}
@@ -445,6 +480,12 @@ func (ep *endpoint) rma(ctx context.Context, write bool, b []byte, remote transp
 		return nil, err
 	}
 	defer exit(r)
+	if r.dev != 0 {
+		if err := copyDevice(write, r.dev+memory.Ptr(off), r.devPlace, memory.Ptr(memory.AddrOf(b)), memory.HostPlace, n); err != nil {
+			return nil, fmt.Errorf("shm: device region %d: %w", r.key, err)
+		}
+		return transport.Succeeded(), nil
+	}
 	if r.mem != nil {
 		m := r.mem[off : off+n]
 		if write {
@@ -491,6 +532,10 @@ func (ep *endpoint) Atomic(ctx context.Context, op buffer.AtomicOp, dst transpor
 	if err != nil {
 		return 0, err
 	}
+	if r.dev != 0 {
+		exit(r)
+		return 0, fmt.Errorf("shm: region %d is device memory: atomics reach host memory only: %w", r.key, status.ErrUnsupported)
+	}
 	if r.mem != nil {
 		old, err := buffer.Atomic(r.mem, off, op, operand, compare)
 		exit(r)
@@ -535,6 +580,10 @@ func (ep *endpoint) ShareRegion(ctx context.Context, r transport.Remote, n uint6
 		closeFDs(rep.fds)
 		return transport.SharedRegion{}, linkRefusal(rep.resp.status)
 	}
+	if rep.resp.flags&lflagDevice != 0 {
+		closeFDs(rep.fds)
+		return transport.SharedRegion{}, fmt.Errorf("shm: region at %#x is device memory, which is not mapped into host memory: %w", rep.resp.addr, status.ErrUnsupported)
+	}
 	if rep.resp.flags&lflagRegionFD == 0 || len(rep.fds) == 0 {
 		closeFDs(rep.fds)
 		return transport.SharedRegion{}, fmt.Errorf("shm: region at %#x has no memfd to share: %w", rep.resp.addr, status.ErrUnsupported)
@@ -550,4 +599,94 @@ func (ep *endpoint) ShareRegion(ctx context.Context, r transport.Remote, n uint6
 		return transport.SharedRegion{}, err
 	}
 	return sr, nil
+}
+
+// copyDevice copies n bytes between the target's memory at remote (at rp) and this process's
+// at local (at lp): into the target when write.
+func copyDevice(write bool, remote memory.Ptr, rp memory.Place, local memory.Ptr, lp memory.Place, n uint64) error {
+	if write {
+		return memory.CopyPlaced(remote, rp, local, lp, n)
+	}
+	return memory.CopyPlaced(local, lp, remote, rp, n)
+}
+
+// WriteFromDeviceAsync implements transport.DeviceRMA: n bytes of this process's device memory
+// at src (at pl) go straight into the target's memory (its mapping, or its device memory
+// opened through IPC: one device copy), by this process alone.
+func (ep *endpoint) WriteFromDeviceAsync(ctx context.Context, src memory.Ptr, pl memory.Place, n uint64, dst transport.Remote) (*transport.Op, error) {
+	return ep.rmaDevice(ctx, true, src, pl, n, dst)
+}
+
+// ReadToDeviceAsync implements transport.DeviceRMA, as WriteFromDeviceAsync.
+func (ep *endpoint) ReadToDeviceAsync(ctx context.Context, dst memory.Ptr, pl memory.Place, n uint64, src transport.Remote) (*transport.Op, error) {
+	return ep.rmaDevice(ctx, false, dst, pl, n, src)
+}
+
+func (ep *endpoint) rmaDevice(ctx context.Context, write bool, local memory.Ptr, lp memory.Place, n uint64, remote transport.Remote) (*transport.Op, error) {
+	ep.mu.RLock()
+	defer ep.mu.RUnlock()
+	if err := ep.usable(ctx); err != nil {
+		return nil, err
+	}
+	if remote.Key == transport.DefaultRegion {
+		if err := buffer.CheckRange(uint64(len(ep.remote)), remote.Addr, n); err != nil {
+			return nil, fmt.Errorf("shm: %w", err)
+		}
+		if err := copyDevice(write, memory.Ptr(memory.AddrOf(ep.remote))+memory.Ptr(remote.Addr), memory.HostPlace, local, lp, n); err != nil {
+			return nil, fmt.Errorf("shm: %w", err)
+		}
+		return transport.Succeeded(), nil
+	}
+	if n == 0 {
+		return transport.Succeeded(), nil
+	}
+	r, off, err := ep.enterResolved(ctx, remote, n)
+	if err != nil {
+		return nil, err
+	}
+	defer exit(r)
+	switch {
+	case r.dev != 0:
+		err = copyDevice(write, r.dev+memory.Ptr(off), r.devPlace, local, lp, n)
+	case r.mem != nil:
+		err = copyDevice(write, memory.Ptr(memory.AddrOf(r.mem))+memory.Ptr(off), memory.HostPlace, local, lp, n)
+	default: // host memory without a memfd: through a host bounce and cross-memory attach
+		err = ep.bounceCMA(write, r.addr+off, local, lp, n)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("shm: region %d: %w", r.key, err)
+	}
+	return transport.Succeeded(), nil
+}
+
+// bounceCMA moves n bytes between device memory here and the target's host memory at addr
+// that has no memfd, through a host chunk and cross-memory attach.
+func (ep *endpoint) bounceCMA(write bool, addr uint64, local memory.Ptr, lp memory.Place, n uint64) error {
+	p, err := OpenProcess(ep.pid)
+	if err != nil {
+		return err
+	}
+	chunk := make([]byte, min(n, 1<<20))
+	for done := uint64(0); done < n; {
+		k := min(uint64(len(chunk)), n-done)
+		c := chunk[:k]
+		cp := memory.Ptr(memory.AddrOf(c))
+		if write {
+			if err := memory.CopyPlaced(cp, memory.HostPlace, local+memory.Ptr(done), lp, k); err != nil {
+				return err
+			}
+			if err := p.Write(uintptr(addr+done), c); err != nil {
+				return err
+			}
+		} else {
+			if err := p.Read(c, uintptr(addr+done)); err != nil {
+				return err
+			}
+			if err := memory.CopyPlaced(local+memory.Ptr(done), lp, cp, memory.HostPlace, k); err != nil {
+				return err
+			}
+		}
+		done += k
+	}
+	return nil
 }

@@ -45,7 +45,7 @@ func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error)
 	}
 	s := &server{t: t, fd: cfg.Region.FD(), size: cfg.Region.Size(), boot: boot, onAccept: cfg.OnAccept, l: l}
 	if cfg.Regions != nil {
-		if s.regions, err = newRegionServer(cfg.Regions); err != nil {
+		if s.regions, err = newRegionServer(cfg.Regions, t.cfg.Logger); err != nil {
 			_ = l.Close()
 			return nil, err
 		}
@@ -111,7 +111,7 @@ func (s *server) serve(c *net.UnixConn) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	if h.version >= 2 {
-		s.serveRegions(c, h.rank, h.version >= 3)
+		s.serveRegions(c, h.rank, h.version)
 		return
 	}
 	var one [1]byte
@@ -122,12 +122,12 @@ func (s *server) serve(c *net.UnixConn) {
 	}
 }
 
-// serveRegions answers an initiator's region requests (version 2; gens: 3) until it or Close
+// serveRegions answers an initiator's region requests (version 2 and later) until it or Close
 // ends the link. A request that does not decode ends the link: the initiator is out of step.
-func (s *server) serveRegions(c *net.UnixConn, peer uint32, gens bool) {
+func (s *server) serveRegions(c *net.UnixConn, peer uint32, ver uint16) {
 	var (
 		qb          [linkReqSize]byte
-		rb          [linkRespSize]byte
+		rb          [linkRespSize + devRecordSize]byte
 		controlSent bool
 	)
 	for {
@@ -139,13 +139,20 @@ func (s *server) serveRegions(c *net.UnixConn, peer uint32, gens bool) {
 			s.t.cfg.Logger.Warn("shm: bad region request", "err", err)
 			return
 		}
-		resp, fds := s.regions.answer(peer, q, controlSent, gens)
-		resp.encode(&rb)
+		resp, fds, owned := s.regions.answer(peer, q, controlSent, ver)
+		resp.encode((*[linkRespSize]byte)(rb[:linkRespSize]))
+		msg := rb[:linkRespSize]
+		if resp.flags&lflagDevice != 0 {
+			resp.dev.encode(rb[linkRespSize:])
+			msg = rb[:]
+		}
 		var oob []byte
 		if len(fds) > 0 {
 			oob = unix.UnixRights(fds...)
 		}
-		if _, _, err := c.WriteMsgUnix(rb[:], oob, nil); err != nil {
+		_, _, err = c.WriteMsgUnix(msg, oob, nil)
+		closeFDs(owned)
+		if err != nil {
 			return
 		}
 		if resp.flags&lflagControlFD != 0 {

@@ -257,7 +257,22 @@ func FuzzLinkMessages(f *testing.F) {
 	var rb [linkRespSize]byte
 	linkResp{op: lopResolved, flags: lflagRegionFD | lflagControlFD, key: 3, id: 1, addr: 4096, size: 8192, slot: 9}.encode(&rb)
 	f.Add(rb[:])
+	dev := append(rb[:], make([]byte, devRecordSize)...)
+	devRecord{vendor: 2, device: 1, size: 1 << 30, offset: 4096, raw: [64]byte{1, 2, 3}}.encode(dev[linkRespSize:])
+	f.Add(dev)
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) >= linkRespSize+devRecordSize {
+			if d, err := decodeDevRecord(b[linkRespSize : linkRespSize+devRecordSize]); err == nil {
+				again := make([]byte, devRecordSize)
+				d.encode(again)
+				if !bytes.Equal(again, b[linkRespSize:linkRespSize+devRecordSize]) {
+					t.Fatalf("device record % x re-encodes as % x", b[linkRespSize:linkRespSize+devRecordSize], again)
+				}
+				if d.offset >= d.size || d.device < 0 {
+					t.Fatalf("decoded a device record with offset %d of %d, device %d", d.offset, d.size, d.device)
+				}
+			}
+		}
 		if len(b) < linkReqSize {
 			return
 		}

@@ -3,6 +3,7 @@ package shm
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -96,7 +97,7 @@ func TestSlotsReused(t *testing.T) {
 // deregistered before it was ever given a word gets none.
 func TestLegacySlotsKept(t *testing.T) {
 	tb := buffer.NewTable()
-	rs, err := newRegionServer(tb)
+	rs, err := newRegionServer(tb, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,9 @@ const (
 	// the target answers in its offer with the highest both speak (minVersion at least).
 	// Version 2 adds region requests on the link after the offer; version 3 the generation of
 	// a region's control slot in its answer (a target reuses the slots of deregistered regions
-	// only for version-3 peers, which check it).
-	version    = 3
+	// only for version-3 peers, which check it); version 4 device regions (an answer carries
+	// the device allocation's IPC handle).
+	version    = 4
 	minVersion = 1
 	helloSize  = 64
 	maxIPLen   = 46
@@ -133,9 +134,48 @@ const (
 	lstMisaligned = 3
 	lstNoSlot     = 4 // the target's control page has no slot left for another region
 
-	lflagRegionFD  = 1 // the region's memfd is attached
+	lstDevice = 5 // version 4: the region is device memory the target could not export
+
+	lflagRegionFD  = 1 // the region's memfd is attached (the emulated GPU's allocation, with lflagDevice)
 	lflagControlFD = 2 // the target's control memfd is attached
+	lflagDevice    = 4 // version 4: device memory; a devRecord follows the answer
+
+	devRecordSize = 88
 )
+
+// devRecord is a device region's IPC handle (version 4), sent right after its answer: vendor
+// u8 (memory.Type), emulated u8, reserved u16, device i32, allocation size u64, the region's
+// offset in the allocation u64, the driver's handle [64] (zero for the emulation, whose memfd
+// is attached instead).
+type devRecord struct {
+	vendor   uint8
+	emulated bool
+	device   int32
+	size     uint64
+	offset   uint64
+	raw      [64]byte
+}
+
+func (d devRecord) encode(b []byte) {
+	b[0] = d.vendor
+	if d.emulated {
+		b[1] = 1
+	}
+	binary.LittleEndian.PutUint32(b[4:], uint32(d.device))
+	binary.LittleEndian.PutUint64(b[8:], d.size)
+	binary.LittleEndian.PutUint64(b[16:], d.offset)
+	copy(b[24:], d.raw[:])
+}
+
+func decodeDevRecord(b []byte) (devRecord, error) {
+	d := devRecord{vendor: b[0], emulated: b[1] == 1, device: int32(binary.LittleEndian.Uint32(b[4:])),
+		size: binary.LittleEndian.Uint64(b[8:]), offset: binary.LittleEndian.Uint64(b[16:])}
+	copy(d.raw[:], b[24:])
+	if b[1] > 1 || b[2] != 0 || b[3] != 0 || d.device < 0 || d.size == 0 || d.offset >= d.size {
+		return d, fmt.Errorf("shm: bad device record (device %d, offset %d of %d): %w", d.device, d.offset, d.size, status.ErrProtocol)
+	}
+	return d, nil
+}
 
 // linkReq is a region request, initiator → target.
 type linkReq struct {
@@ -182,10 +222,11 @@ type linkResp struct {
 	op, status, flags uint8
 	key               uint32
 	id                uint64
-	addr, size        uint64 // the region (resolved); addr holds the old value of an atomic
-	fdOff             uint64 // the region's offset in its memfd
-	slot              uint32 // the region's word in the control memfd
-	gen               uint32 // the slot's generation (version 3; 0 before), at most genMax
+	addr, size        uint64    // the region (resolved); addr holds the old value of an atomic
+	fdOff             uint64    // the region's offset in its memfd
+	slot              uint32    // the region's word in the control memfd
+	gen               uint32    // the slot's generation (version 3; 0 before), at most genMax
+	dev               devRecord // with lflagDevice
 }
 
 func (r linkResp) encode(b *[linkRespSize]byte) {
@@ -207,7 +248,7 @@ func decodeLinkResp(b *[linkRespSize]byte) (linkResp, error) {
 	switch {
 	case r.op != lopResolved && r.op != lopAtomicOK:
 		return r, fmt.Errorf("shm: link response op %#x: %w", r.op, status.ErrProtocol)
-	case r.status > lstNoSlot || r.flags > lflagRegionFD|lflagControlFD || b[3] != 0 || r.gen > genMax:
+	case r.status > lstDevice || r.flags > lflagRegionFD|lflagControlFD|lflagDevice || b[3] != 0 || r.gen > genMax:
 		return r, fmt.Errorf("shm: bad link response fields: %w", status.ErrProtocol)
 	}
 	return r, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/hmc-go/hmc/auth"
 	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/internal/acceptor"
+	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
@@ -129,9 +130,26 @@ func (s *server) serveRequests(c net.Conn, ver uint16, peer uint32) error {
 		}
 		return stg, nil
 	}
+	// Device regions of the table stage through rings of their device's pinned memory, one
+	// per device a lane has carried.
+	rings := map[memory.Place]*transport.Stager{}
+	ring := func(pl memory.Place) (*transport.Stager, error) {
+		if st := rings[pl]; st != nil {
+			return st, nil
+		}
+		st, err := transport.NewRing(func(n uint64) ([]byte, func() error, error) { return memory.AllocStagingFor(pl, n) }, 0, 0)
+		if err != nil {
+			return nil, fmt.Errorf("tcp: staging for %v memory: %w", pl, err)
+		}
+		rings[pl] = st
+		return st, nil
+	}
 	defer func() {
 		if stg != nil {
 			_ = stg.Close()
+		}
+		for _, st := range rings {
+			_ = st.Close()
 		}
 	}()
 	for {
@@ -143,7 +161,7 @@ func (s *server) serveRequests(c net.Conn, ver uint16, peer uint32) error {
 			return err
 		}
 		if r.mode != modeDefault || r.op == opAtomic {
-			if err := s.serveRegion(c, rd, bulk, ack, peer, r, &wb, &arr); err != nil {
+			if err := s.serveRegion(c, rd, bulk, ack, ring, peer, r, &wb, &arr); err != nil {
 				return err
 			}
 			continue
@@ -225,8 +243,9 @@ func (s *server) serveRequests(c net.Conn, ver uint16, peer uint32) error {
 // serveRegion serves one version-2 request addressed to a registered region (by key or by
 // address), or an ATOMIC: the region is looked up and acquired, so a deregistration waits for
 // it, and the range checked, before a byte moves. A refused PUT's payload is read and dropped,
-// keeping the lane in step.
-func (s *server) serveRegion(c net.Conn, rd *bufio.Reader, bulk *bulkReader, ack *acker, peer uint32, r request, wb *[respSize]byte, arr *[2][]byte) error {
+// keeping the lane in step. A device region's bytes go through a staging ring of the lane's.
+func (s *server) serveRegion(c net.Conn, rd *bufio.Reader, bulk *bulkReader, ack *acker, ring func(memory.Place) (*transport.Stager, error),
+	peer uint32, r request, wb *[respSize]byte, arr *[2][]byte) error {
 	var payload [atomicPayload]byte
 	if r.op == opAtomic {
 		if _, err := io.ReadFull(rd, payload[:]); err != nil {
@@ -237,11 +256,30 @@ func (s *server) serveRegion(c net.Conn, rd *bufio.Reader, bulk *bulkReader, ack
 	if reg != nil {
 		defer reg.Release()
 	}
+	var dev *transport.Stager // the ring of a device region, nil for host memory
+	if reg != nil && reg.OnDevice() {
+		if r.op == opAtomic {
+			st = stMisaligned // no device word is reachable from the host: refused as unaligned
+		} else {
+			var err error
+			if dev, err = ring(reg.Place()); err != nil {
+				return err // the payload (if any) cannot land: the lane ends
+			}
+		}
+	}
+	off := r.offset
+	if reg != nil && r.mode == modeAddr {
+		off = r.offset - reg.Addr()
+	}
 	resp := response{id: r.id, status: st}
 	switch r.op {
 	case opPut:
 		resp.op = opPutAck
-		if st == stOK {
+		if st == stOK && dev != nil {
+			if err := dev.ReceiveInto(rd, reg, off, r.length); err != nil {
+				return err // a device that fails mid-transfer ends the lane: the stream is out of step
+			}
+		} else if st == stOK {
 			if err := bulk.readFull(rd, mem); err != nil {
 				return err
 			}
@@ -256,6 +294,12 @@ func (s *server) serveRegion(c net.Conn, rd *bufio.Reader, bulk *bulkReader, ack
 		}
 		resp.op = opGetData
 		resp.encode(wb)
+		if st == stOK && dev != nil && r.length > 0 {
+			if _, err := c.Write(wb[:]); err != nil {
+				return err
+			}
+			return dev.SendFrom(c, reg, off, r.length) // a short reply on a device error: the initiator sees the lane end
+		}
 		if st != stOK || len(mem) == 0 {
 			_, err := c.Write(wb[:])
 			return err
@@ -306,6 +350,9 @@ func (s *server) lookup(peer uint32, r request) (mem []byte, reg *buffer.Region,
 		if err != nil {
 			return nil, nil, refusal(err)
 		}
+		if reg.OnDevice() {
+			return nil, reg, stOK
+		}
 		return reg.Bytes()[r.offset : r.offset+r.length], reg, stOK
 	default: // modeAddr
 		if s.regions == nil {
@@ -314,6 +361,9 @@ func (s *server) lookup(peer uint32, r request) (mem []byte, reg *buffer.Region,
 		reg, off, err := s.regions.FindFor(peer, r.offset, r.length)
 		if err != nil {
 			return nil, nil, refusal(err)
+		}
+		if reg.OnDevice() {
+			return nil, reg, stOK
 		}
 		return reg.Bytes()[off : off+r.length], reg, stOK
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 )
 
@@ -137,9 +138,19 @@ func (r *srvRegions) mapFor(l *srvLink, reg *buffer.Region) ([]byte, uint8) {
 		return nil, lsNotFound
 	}
 	sr := r.mapped[reg.Key()]
+	if sr == nil && reg.OnDevice() && !hasCUDA() {
+		// UCX maps device memory only when built with its CUDA memory domain, which Debian's
+		// is not (hmc info says which this one has): same-host peers reach it through shm,
+		// others through TCP's staging.
+		return nil, lsFailed
+	}
 	if sr == nil {
 		w := r.s.w
-		memh, unregister, err := w.register(reg.Bytes())
+		mem := reg.Bytes()
+		if mem == nil { // device memory, with a UCX that maps it: a device range only ever handed to UCX
+			mem = memory.HostSlice(memory.Ptr(reg.Addr()), reg.Size())
+		}
+		memh, unregister, err := w.register(mem)
 		if err != nil {
 			return nil, lsFailed
 		}

@@ -79,7 +79,8 @@ func (e *endpoint) readLink() error {
 		case lsOutOfRange:
 			r.err = fmt.Errorf("ucx: target refused the range: %w", status.ErrOutOfRange)
 		case lsFailed:
-			r.err = fmt.Errorf("ucx: target could not register the region with UCX: %w", status.ErrFailed)
+			r.err = fmt.Errorf("ucx: target could not register the region with UCX (device memory needs a UCX with a CUDA or ROCm "+
+				"memory domain; reach it over tcp or shm): %w", status.ErrFailed)
 		default:
 			r.err = fmt.Errorf("ucx: target has no such region (unknown, stale or deregistered): %w", status.ErrNotFound)
 		}

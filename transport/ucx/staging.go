@@ -139,3 +139,12 @@ func (e *endpoint) runStaged(put bool, localOff, remoteOff, n uint64) error {
 	}
 	return err
 }
+
+// DeviceMemory says how this UCX moves device memory: with its CUDA memory domain when it has
+// one, else not (device regions are refused to UCX peers, whose local device memory is staged).
+func DeviceMemory() string {
+	if hasCUDA() {
+		return "directly (this UCX has a CUDA memory domain)"
+	}
+	return "local device memory through a host staging ring; peers' device regions are refused (this UCX has no CUDA memory domain: Debian's has none), so tcp and shm carry them"
+}

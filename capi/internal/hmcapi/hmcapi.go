@@ -129,6 +129,88 @@ func hmc_memory_close(h C.uint64_t) C.int {
 	})
 }
 
+//export hmc_memory_locate
+func hmc_memory_locate(addr C.uint64_t, kind, device, vendor *C.int) C.int {
+	return call(func() error {
+		pl, err := memory.Locate(memory.Ptr(addr))
+		if err != nil {
+			return err
+		}
+		if kind != nil {
+			*kind = C.int(pl.Kind)
+		}
+		if device != nil {
+			*device = C.int(pl.Device)
+		}
+		if vendor != nil {
+			*vendor = C.int(pl.Vendor)
+		}
+		return nil
+	})
+}
+
+//export hmc_memory_copy
+func hmc_memory_copy(dst, src, n C.uint64_t) C.int {
+	return call(func() error { return memory.Copy(memory.Ptr(dst), memory.Ptr(src), uint64(n)) })
+}
+
+//export hmc_stream_create
+func hmc_stream_create(memType, deviceID C.int, out *C.uint64_t) C.int {
+	return call(func() error {
+		if out == nil {
+			return fmt.Errorf("hmc: null out stream: %w", status.ErrInvalidConfig)
+		}
+		s, err := memory.NewStream(memory.Type(memType), int(deviceID))
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(s)
+		return nil
+	})
+}
+
+// placeOf is where addr lives, or the first GPU's place for 0 (a stream call that names no
+// memory).
+func placeOf(addr C.uint64_t) (memory.Place, error) {
+	if addr == 0 {
+		return memory.Place{Kind: memory.Device, Vendor: memory.NvidiaGPU}, nil
+	}
+	return memory.Locate(memory.Ptr(addr))
+}
+
+//export hmc_stream_sync
+func hmc_stream_sync(stream, addr C.uint64_t) C.int {
+	return call(func() error {
+		pl, err := placeOf(addr)
+		if err != nil {
+			return err
+		}
+		return memory.SyncStream(uintptr(stream), pl)
+	})
+}
+
+//export hmc_stream_destroy
+func hmc_stream_destroy(stream, addr C.uint64_t) C.int {
+	return call(func() error {
+		pl, err := placeOf(addr)
+		if err != nil {
+			return err
+		}
+		return memory.DestroyStream(uintptr(stream), pl)
+	})
+}
+
+//export hmc_memory_memset_async
+func hmc_memory_memset_async(addr C.uint64_t, v C.int, n, stream C.uint64_t) C.int {
+	return call(func() error {
+		pl, err := memory.LocateRange(memory.Ptr(addr), uint64(n))
+		if err != nil {
+			return err
+		}
+		return memory.MemsetAsync(memory.Ptr(addr), pl, byte(v), uint64(n), uintptr(stream))
+	})
+}
+
 // ---- Session (ConnBuffer + Communicator) ----
 
 // transportsFromEnv is a session option with the transports built for HMC_UCX_SPIN_US (the UCX
@@ -617,28 +699,21 @@ func deviceCopy(h C.uint64_t, p, n, off C.uint64_t, mt, dev C.int, write bool) e
 		return err
 	}
 	buf, t := s.Buffer(), memory.Type(mt)
-	switch {
-	case t == buf.Type() && int(dev) == buf.DeviceID():
+	if t == buf.Type() && int(dev) == buf.DeviceID() {
 		if write {
 			return buf.WriteFromGPU(memory.Ptr(p), uint64(n), uint64(off))
 		}
 		return buf.ReadToGPU(memory.Ptr(p), uint64(n), uint64(off))
-	case buf.Type() == memory.CPU && t.IsDevice():
-		m, err := deviceMemory(t, int(dev))
-		if err != nil {
-			return err
-		}
-		host, err := buf.Slice(uint64(off), uint64(n))
-		if err != nil {
-			return err
-		}
-		if write {
-			return m.CopyDeviceToHost(host, memory.Ptr(p))
-		}
-		return m.CopyHostToDevice(memory.Ptr(p), host)
 	}
-	return fmt.Errorf("hmc: copy between %v memory on device %d and a %v buffer on device %d: %w",
-		t, int(dev), buf.Type(), buf.DeviceID(), status.ErrUnsupported)
+	// Any other pair (a CPU buffer, another device): one copy by unified addressing.
+	if err := buf.Check(uint64(off), uint64(n)); err != nil {
+		return err
+	}
+	at := buf.Ptr() + memory.Ptr(off)
+	if write {
+		return memory.Copy(at, memory.Ptr(p), uint64(n))
+	}
+	return memory.Copy(memory.Ptr(p), at, uint64(n))
 }
 
 //export hmc_buffer_write_device

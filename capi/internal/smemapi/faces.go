@@ -249,12 +249,24 @@ func smem_trans_batch_read(p unsafe.Pointer, locals *unsafe.Pointer, peer *C.cha
 }
 
 // submit is the _submit forms: upstream enqueues the transfer on the caller's Ascend ACL
-// stream. With no stream (NULL) there is nothing to order after, and the transfer runs at once
-// and is complete on return; a stream, which no host here has, is refused with the reason.
+// stream. Here a stream is a device stream (a CUstream or hipStream_t, or the GPU emulation's):
+// the transfer waits for the work queued on it, then runs, and is complete on return (so work
+// queued on the stream afterwards comes after it, as upstream's); with no stream (NULL) it runs
+// at once.
 func submit(stream unsafe.Pointer, p unsafe.Pointer, op trans.Opcode, peer *C.char, locals, remotes *unsafe.Pointer, sizes *C.size_t, n C.uint32_t) C.int32_t {
 	if stream != nil {
-		return code(fmt.Errorf("smem: the _submit transfers were given stream %p: they enqueue on an Ascend ACL stream, which this host "+
-			"has none of; pass no stream (0) to run them at once, or use the synchronous forms: %w", stream, status.ErrUnsupported))
+		pl := memory.HostPlace
+		if n > 0 && locals != nil {
+			if first := *locals; first != nil {
+				var err error
+				if pl, err = memory.Locate(memory.Ptr(uintptr(first))); err != nil {
+					return code(fmt.Errorf("smem: submit: %w", err))
+				}
+			}
+		}
+		if err := memory.SyncStream(uintptr(stream), pl); err != nil {
+			return code(fmt.Errorf("smem: submit: waiting for stream %p: %w", stream, err))
+		}
 	}
 	return transfer(p, op, peer, locals, remotes, sizes, n)
 }

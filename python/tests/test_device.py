@@ -1,0 +1,32 @@
+"""Device memory through the Python faces: two processes, each with device memory (a real GPU's,
+or the GPU emulation's where none is present), byte-checked by the process that owns it."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import HERE
+
+
+def env():
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.path.join(HERE, "..") + os.pathsep + e.get("PYTHONPATH", "")
+    if not os.path.exists("/dev/nvidia0"):
+        e["HMC_EMULATE_GPU"] = "1"
+    return e
+
+
+def test_mooncake_device_memory():
+    peer = os.path.join(HERE, "dev_peer.py")
+    tgt = subprocess.Popen([sys.executable, peer, "target"], stdout=subprocess.PIPE, stdin=subprocess.PIPE,
+                           env=env(), text=True)
+    try:
+        line = tgt.stdout.readline().split()
+        assert line and line[0] == "READY", line
+        out = subprocess.run([sys.executable, peer, "initiator", line[1], line[2]], env=env(), capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0 and "PASS" in out.stdout, out.stdout + out.stderr
+    finally:
+        tgt.kill()
+        tgt.wait()

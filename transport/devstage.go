@@ -1,0 +1,144 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
+)
+
+// HostRing stages this process's device memory through an endpoint that moves host memory
+// only (TCP, UCX without device memory types): a bounded ring of host chunks, page-locked for
+// a CUDA device, with the device copy of one chunk overlapping the transfer of the others.
+// Host memory use is depth × chunk whatever the transfer sizes; transfers share the ring and
+// may run concurrently. Its methods are safe for concurrent use.
+type HostRing struct {
+	pl    memory.Place
+	chunk uint64
+	free  chan []byte
+	frees []func() error
+}
+
+// NewHostRing allocates a ring for device memory at pl (chunk and depth ≤ 0 take
+// DefaultStageChunk and DefaultStageDepth).
+func NewHostRing(pl memory.Place, chunk, depth int) (*HostRing, error) {
+	if chunk <= 0 {
+		chunk = DefaultStageChunk
+	}
+	if depth <= 0 {
+		depth = DefaultStageDepth
+	}
+	h := &HostRing{pl: pl, chunk: uint64(chunk), free: make(chan []byte, depth)}
+	for range depth {
+		b, free, err := memory.AllocStagingFor(pl, uint64(chunk))
+		if err != nil {
+			_ = h.Close()
+			return nil, fmt.Errorf("staging ring for %v memory: %w", pl, err)
+		}
+		h.frees = append(h.frees, free)
+		h.free <- b
+	}
+	return h, nil
+}
+
+// Close frees the ring; no transfer may be running.
+func (h *HostRing) Close() error {
+	var first error
+	for _, f := range h.frees {
+		if err := f(); err != nil && first == nil {
+			first = err
+		}
+	}
+	h.frees = nil
+	return first
+}
+
+// Write copies n bytes of device memory at src to dst through r; the returned Op completes
+// when every byte has landed, or with the first error.
+func (h *HostRing) Write(ctx context.Context, r RMA, src memory.Ptr, n uint64, dst Remote) *Op {
+	return h.run(ctx, n, func(b []byte, off uint64) (*Op, error) {
+		if err := memory.CopyPlaced(memory.Ptr(memory.AddrOf(b)), memory.HostPlace, src+memory.Ptr(off), h.pl, uint64(len(b))); err != nil {
+			return nil, fmt.Errorf("staging from device: %w", err)
+		}
+		return r.WriteAsync(ctx, b, dst.At(off))
+	}, nil)
+}
+
+// Read copies n bytes at src through r into device memory at dst, as Write.
+func (h *HostRing) Read(ctx context.Context, r RMA, dst memory.Ptr, n uint64, src Remote) *Op {
+	return h.run(ctx, n, func(b []byte, off uint64) (*Op, error) {
+		return r.ReadAsync(ctx, b, src.At(off))
+	}, func(b []byte, off uint64) error {
+		if err := memory.CopyPlaced(dst+memory.Ptr(off), h.pl, memory.Ptr(memory.AddrOf(b)), memory.HostPlace, uint64(len(b))); err != nil {
+			return fmt.Errorf("staging to device: %w", err)
+		}
+		return nil
+	})
+}
+
+type staged struct {
+	op  *Op
+	b   []byte
+	off uint64
+}
+
+// run moves n bytes chunk by chunk: start posts a chunk's transfer, then (if set) runs once
+// it completed. Chunks already posted are waited for before a chunk is taken from the ring when
+// none is free, so transfers sharing the ring never hold chunks while waiting for one.
+func (h *HostRing) run(ctx context.Context, n uint64, start func(b []byte, off uint64) (*Op, error), then func(b []byte, off uint64) error) *Op {
+	op := NewOp(1)
+	go func() { // owned by op: it ends when the transfer has
+		var (
+			queue []staged
+			err   error
+			mu    sync.Mutex
+		)
+		finish := func(s staged) {
+			e := s.op.Wait(ctx)
+			if e == nil && then != nil {
+				e = then(s.b, s.off)
+			}
+			mu.Lock()
+			if e != nil && err == nil {
+				err = e
+			}
+			mu.Unlock()
+			h.free <- s.b[:cap(s.b)]
+		}
+		for off := uint64(0); off < n && err == nil; {
+			var b []byte
+			if len(queue) > 0 {
+				select {
+				case b = <-h.free:
+				case <-queue[0].op.Done():
+					finish(queue[0])
+					queue = queue[1:]
+					continue
+				}
+			} else {
+				select {
+				case b = <-h.free:
+				case <-ctx.Done():
+					err = status.FromContext(ctx)
+					continue
+				}
+			}
+			k := min(uint64(len(b)), n-off)
+			o, e := start(b[:k], off)
+			if e != nil {
+				h.free <- b
+				err = e
+				break
+			}
+			queue = append(queue, staged{op: o, b: b[:k], off: off})
+			off += k
+		}
+		for _, s := range queue {
+			finish(s)
+		}
+		op.Finish(err)
+	}()
+	return op
+}
