@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +28,35 @@ type TransConfig struct {
 	Kinds    []transport.ConnType // transports, in order
 	Verify   bool                 // check the bytes once at the end
 	Ready    func(id string)      // told the target's id once it serves
+	// Mem is the memory of both sides' buffers: CPU (Malloc'ed, shareable host memory) or a
+	// device type (allocated on device 0 and registered, as a serving stack registers its GPU
+	// KV cache).
+	Mem memory.Type
+}
+
+// transBuffer allocates the benchmark's buffer of size bytes in c.Mem and registers it.
+func (c TransConfig) transBuffer(e *trans.Engine, size uint64) (uint64, func(), error) {
+	if !c.Mem.IsDevice() {
+		a, err := e.Malloc(size)
+		return a, func() {}, err
+	}
+	m, err := memory.New(0, c.Mem)
+	if err != nil {
+		return 0, nil, err
+	}
+	b, err := m.Alloc(size)
+	if err != nil {
+		_ = m.Close()
+		return 0, nil, err
+	}
+	if err := e.Register(uint64(b.Ptr()), size); err != nil {
+		_ = m.Close()
+		return 0, nil, err
+	}
+	return uint64(b.Ptr()), func() {
+		_ = e.Deregister(context.Background(), uint64(b.Ptr()))
+		_ = m.Close()
+	}, nil
 }
 
 func (c TransConfig) engineConfig() trans.Config {
@@ -45,9 +75,11 @@ func TransServe(ctx context.Context, c TransConfig) error {
 		return err
 	}
 	defer e.Close()
-	if _, err := e.Malloc(c.Buffer); err != nil {
+	_, free, err := c.transBuffer(e, c.Buffer)
+	if err != nil {
 		return err
 	}
+	defer free()
 	if c.Ready != nil {
 		c.Ready(e.UniqueID())
 	}
@@ -80,13 +112,17 @@ func TransRun(ctx context.Context, c TransConfig) (Result, error) {
 		return Result{}, fmt.Errorf("trans bench: %d threads × %d × %s need %s; the buffers have %s: %w",
 			c.Threads, c.Batch, FormatSize(c.Block), FormatSize(per*uint64(c.Threads)), FormatSize(min(remote.Size, c.Buffer)), status.ErrInvalidConfig)
 	}
-	local, err := e.Malloc(c.Buffer)
+	local, free, err := c.transBuffer(e, c.Buffer)
 	if err != nil {
 		return Result{}, err
 	}
-	lb := memory.HostSlice(memory.Ptr(local), c.Buffer)
-	for i := range lb[:per*uint64(c.Threads)] {
+	defer free()
+	lb := make([]byte, per*uint64(c.Threads))
+	for i := range lb {
 		lb[i] = byte(i*7 + i>>12)
+	}
+	if err := memory.Copy(memory.Ptr(local), memory.Ptr(memory.AddrOf(lb)), uint64(len(lb))); err != nil {
+		return Result{}, err
 	}
 	op := trans.Read
 	if c.Write {
@@ -146,7 +182,11 @@ func TransRun(ctx context.Context, c TransConfig) (Result, error) {
 		sum += l
 	}
 	p50, p99 := pct(slices.Clone(all))
-	res := Result{Transport: kindsName(c.Kinds), Op: "write", Mem: "cpu", Size: c.Block, Iters: len(all),
+	mem := "cpu"
+	if c.Mem.IsDevice() {
+		mem = strings.ToLower(c.Mem.String())
+	}
+	res := Result{Transport: kindsName(c.Kinds), Op: "write", Mem: mem, Size: c.Block, Iters: len(all),
 		GBps: float64(bytes) / el.Seconds() / 1e9, P50us: p50, P99us: p99, Window: c.Batch, Lanes: c.Threads}
 	if !c.Write {
 		res.Op = "read"
@@ -159,7 +199,7 @@ func TransRun(ctx context.Context, c TransConfig) (Result, error) {
 		if err := e.Read(ctx, c.Target, memory.AddrOf(back), remote.Addr, uint64(len(back))); err != nil {
 			return res, err
 		}
-		if string(back) != string(lb[:len(back)]) {
+		if string(back) != string(lb) {
 			return res, fmt.Errorf("trans bench: the target's bytes differ from what was written: %w", status.ErrFailed)
 		}
 		res.Verified = true

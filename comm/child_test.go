@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	if os.Getenv("HMC_COMM_CHILD") == "server" {
+		// A parent that emulates a GPU (transporttest.EmulateGPU) has this one emulate it too: it
+		// opens the parent's emulated device buffer through its IPC handle.
+		memory.SetEmulateGPU(os.Getenv(memory.EmulateGPUEnv) == "1")
 		if err := childServer(); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
 			os.Exit(1)

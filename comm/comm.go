@@ -268,8 +268,8 @@ var (
 // >= 0, and a Unix socket at ctrlUDSPath when non-empty) and the data servers for ct on
 // bindIP:dataPort. Port 0 picks a free port (see DataAddr, CtrlAddr). TCP serves the buffer on
 // that port; SHM and AUTO also serve it to same-host peers on the abstract Unix socket
-// stack.SHMSocketName(port) (AUTO only when the buffer is memfd-backed host memory; SHM requires
-// it). Every bind error is returned. Calling it again adds what is missing; the control
+// stack.SHMSocketName(port) (AUTO only when the buffer is memfd-backed host memory or device
+// memory with an IPC handle; SHM requires it). Every bind error is returned. Calling it again adds what is missing; the control
 // listeners start once.
 func (c *Communicator) InitServer(bindIP string, dataPort, ctrlTCPPort int, ctrlUDSPath string, ct transport.ConnType) error {
 	if dataPort < 0 || dataPort > 65535 {
@@ -280,12 +280,12 @@ func (c *Communicator) InitServer(bindIP string, dataPort, ctrlTCPPort int, ctrl
 		return err
 	}
 	wantSHM := slices.Contains(ks, transport.SHM)
-	if wantSHM && c.buf.FD() < 0 {
+	if wantSHM && c.buf.FD() < 0 && c.buf.Bytes() != nil { // device memory is shared through its IPC handle
 		if ct == transport.SHM {
 			return fmt.Errorf("comm: shm server: the buffer is %v memory without a memfd: %w", c.buf.Type(), status.ErrUnsupported)
 		}
 		wantSHM = false
-		c.log.Info("hmc: not serving shared memory: the buffer is not memfd-backed host memory", "type", c.buf.Type())
+		c.log.Info("hmc: not serving shared memory: the buffer is host memory without a memfd", "type", c.buf.Type())
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -314,7 +314,11 @@ func (c *Communicator) InitServer(bindIP string, dataPort, ctrlTCPPort int, ctrl
 	if _, ok := c.servers[transport.SHM]; wantSHM && !ok {
 		port, _ := splitPort(c.servers[transport.TCP].Addr())
 		if err := c.listenLocked(transport.SHM, stack.SHMSocketName(port)); err != nil {
-			return err
+			if ct == transport.SHM || c.buf.Bytes() != nil {
+				return err
+			}
+			// AUTO with device memory the driver cannot export (no IPC handle): TCP serves it.
+			c.log.Info("hmc: not serving shared memory: the device buffer cannot be shared", "err", err)
 		}
 	}
 	return nil

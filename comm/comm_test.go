@@ -331,15 +331,16 @@ func testTargetPutsBack(t *testing.T, ct transport.ConnType) {
 	}
 }
 
-// A GPU ConnBuffer (a real one with a CUDA device, else the emulation) works over TCP and AUTO
-// (which falls back to TCP: a device buffer has no memfd to share) in both roles: the parent
-// puts from it and gets into it (initiator staging), and the child puts back into it (target
-// staging). The child's buffer is host memory and checks every byte.
+// A GPU ConnBuffer (a real one with a CUDA device, else the emulation) works over TCP, SHM and
+// AUTO (SHM on one host) in both roles: the parent puts from it and gets into it (TCP: initiator
+// staging; SHM: one device copy into the child's mapping), and the child puts back into it (TCP:
+// target staging; SHM: the child opens the buffer's IPC handle and copies once). The child's
+// buffer is host memory and checks every byte.
 func TestDeviceBufferTwoProcesses(t *testing.T) {
 	if memory.Probe(memory.NvidiaGPU) != nil {
 		transporttest.EmulateGPU(t)
 	}
-	for _, ct := range []transport.ConnType{transport.TCP, transport.AUTO} {
+	for _, ct := range []transport.ConnType{transport.TCP, transport.SHM, transport.AUTO} {
 		t.Run(ct.String(), func(t *testing.T) {
 			s := connectMem(t, ctrl.TCP, ct, memory.NvidiaGPU)
 			if s.buf.Bytes() != nil {

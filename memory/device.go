@@ -2,6 +2,7 @@ package memory
 
 import (
 	"fmt"
+	"os"
 	"sync"
 	"unsafe"
 
@@ -223,8 +224,13 @@ type IPCHandle struct {
 	Device int      // the exporter's device ordinal
 	Raw    [64]byte // the driver's handle (CUDA, HIP)
 	FD     int      // the emulation's memfd (a duplicate the holder closes), else -1
-	Size   uint64   // the allocation's size (the emulation's)
+	Size   uint64   // the allocation's size
 	Offset uint64
+	// Base is the allocation's address in the exporting process, PID that process's id (as the
+	// kernel vouches for it: SO_PEERCRED). A handle opened in its own process is the memory
+	// itself: CUDA refuses to open it there.
+	Base uint64
+	PID  int
 }
 
 // Emulated says whether h is the GPU emulation's (its memory travels as FD).
@@ -245,7 +251,7 @@ func ExportIPC(p Ptr, pl Place) (IPCHandle, error) {
 		if err != nil {
 			return h, fmt.Errorf("memory: exporting %#x: %w: %w", uintptr(p), status.ErrFailed, err)
 		}
-		h.FD, h.Size, h.Offset = fd, a.size, uint64(p-a.base)
+		h.FD, h.Size, h.Offset, h.Base, h.PID = fd, a.size, uint64(p-a.base), uint64(a.base), os.Getpid()
 		return h, nil
 	case pl.Kind != Device:
 		return h, fmt.Errorf("memory: exporting %#x: %v memory has no IPC handle: %w", uintptr(p), pl, status.ErrUnsupported)
@@ -265,7 +271,7 @@ func ExportIPC(p Ptr, pl Place) (IPCHandle, error) {
 		if err != nil {
 			return h, fmt.Errorf("memory: exporting %#x (allocations made with cuMemCreate or PyTorch's expandable segments have no legacy IPC handle): %w", uintptr(p), err)
 		}
-		h.Size, h.Offset = size, uint64(p)-base
+		h.Size, h.Offset, h.Base, h.PID = size, uint64(p)-base, base, os.Getpid()
 		return h, nil
 	case pl.Vendor == AMDGPU:
 		d, err := hipDevice(pl.Device)
@@ -284,7 +290,7 @@ func ExportIPC(p Ptr, pl Place) (IPCHandle, error) {
 		if err != nil {
 			return h, fmt.Errorf("memory: exporting %#x: %w", uintptr(p), err)
 		}
-		h.Size, h.Offset = size, uint64(p)-uint64(base)
+		h.Size, h.Offset, h.Base, h.PID = size, uint64(p)-uint64(base), uint64(base), os.Getpid()
 		return h, nil
 	}
 	return h, fmt.Errorf("memory: exporting %v memory: %w", pl, status.ErrUnsupported)
@@ -294,6 +300,16 @@ func ExportIPC(p Ptr, pl Place) (IPCHandle, error) {
 // returns the address of its exported byte, its Place here, and close, which unmaps it. A
 // handle opened twice is mapped once, and unmapped by the last close.
 func OpenIPC(h IPCHandle) (p Ptr, pl Place, closeFn func() error, err error) {
+	if h.PID == os.Getpid() && h.Base != 0 { // our own memory: it is here already
+		p = Ptr(h.Base + h.Offset)
+		if pl, err = Locate(p); err != nil {
+			return 0, Place{}, nil, err
+		}
+		if !pl.OnDevice() {
+			return 0, Place{}, nil, fmt.Errorf("memory: IPC handle of this process names %#x, which is %v memory, not device memory: %w", uintptr(p), pl, status.ErrProtocol)
+		}
+		return p, pl, func() error { return nil }, nil
+	}
 	if h.Emulated() {
 		if !emulating() {
 			return 0, Place{}, nil, fmt.Errorf("memory: an emulated GPU's IPC handle in a process that does not emulate one (set %s=1): %w", EmulateGPUEnv, status.ErrUnsupported)

@@ -95,41 +95,62 @@ func (h *HostRing) run(ctx context.Context, n uint64, start func(b []byte, off u
 			err   error
 			mu    sync.Mutex
 		)
-		finish := func(s staged) {
-			e := s.op.Wait(ctx)
-			if e == nil && then != nil {
-				e = then(s.b, s.off)
-			}
+		fail := func(e error) {
 			mu.Lock()
-			if e != nil && err == nil {
+			if err == nil {
 				err = e
 			}
 			mu.Unlock()
+		}
+		// finish waits for a chunk's transfer, runs then, and gives the chunk back. A transfer
+		// still running when ctx ends keeps its chunk until it completes (the endpoint may
+		// still read or fill it: another transfer must not have it meanwhile).
+		finish := func(s staged) {
+			select {
+			case <-s.op.Done():
+			case <-ctx.Done():
+				fail(status.FromContext(ctx))
+				go func() { // ends when the op does: endpoints complete every op, at the latest on Close
+					<-s.op.Done()
+					h.free <- s.b[:cap(s.b)]
+				}()
+				return
+			}
+			e := s.op.Err()
+			if e == nil && then != nil {
+				e = then(s.b, s.off)
+			}
+			if e != nil {
+				fail(e)
+			}
 			h.free <- s.b[:cap(s.b)]
 		}
-		for off := uint64(0); off < n && err == nil; {
-			var b []byte
+		failed := func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return err != nil
+		}
+		for off := uint64(0); off < n && !failed(); {
+			var oldest <-chan struct{} // nil (never ready) with nothing posted
 			if len(queue) > 0 {
-				select {
-				case b = <-h.free:
-				case <-queue[0].op.Done():
-					finish(queue[0])
-					queue = queue[1:]
-					continue
-				}
-			} else {
-				select {
-				case b = <-h.free:
-				case <-ctx.Done():
-					err = status.FromContext(ctx)
-					continue
-				}
+				oldest = queue[0].op.Done()
+			}
+			var b []byte
+			select {
+			case b = <-h.free:
+			case <-oldest:
+				finish(queue[0])
+				queue = queue[1:]
+				continue
+			case <-ctx.Done():
+				fail(status.FromContext(ctx))
+				continue
 			}
 			k := min(uint64(len(b)), n-off)
 			o, e := start(b[:k], off)
 			if e != nil {
 				h.free <- b
-				err = e
+				fail(e)
 				break
 			}
 			queue = append(queue, staged{op: o, b: b[:k], off: off})

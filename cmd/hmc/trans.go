@@ -14,6 +14,7 @@ import (
 
 	"github.com/hmc-go/hmc/bench"
 	"github.com/hmc-go/hmc/fabric/trans"
+	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/transport"
 )
 
@@ -25,10 +26,10 @@ func transCmd() *cobra.Command {
 
 func transBenchCmd() *cobra.Command {
 	var (
-		mode, op, blocks, meta, target, local, protocol, buffer, plot string
-		batch, threads                                                int
-		duration                                                      time.Duration
-		jsonOut, verify                                               bool
+		mode, op, blocks, meta, target, local, protocol, buffer, plot, mem string
+		batch, threads                                                     int
+		duration                                                           time.Duration
+		jsonOut, verify                                                    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -52,6 +53,12 @@ func transBenchCmd() *cobra.Command {
 			if cfg.Buffer, err = bench.ParseSize(buffer); err != nil {
 				return err
 			}
+			if cfg.Mem, err = memory.ParseType(mem); err != nil {
+				return err
+			}
+			if cfg.Mem == memory.Default {
+				cfg.Mem = memory.CPU
+			}
 			for _, p := range strings.Split(protocol, ",") {
 				if p == "auto" {
 					cfg.Kinds = nil
@@ -72,7 +79,7 @@ func transBenchCmd() *cobra.Command {
 				return bench.TransServe(ctx, cfg)
 			}
 			if mode == "" && target == "" {
-				child, id, err := startTransTarget(ctx, meta, protocol, buffer)
+				child, id, err := startTransTarget(ctx, meta, protocol, buffer, mem)
 				if err != nil {
 					return err
 				}
@@ -113,6 +120,7 @@ func transBenchCmd() *cobra.Command {
 	fl.IntVar(&threads, "threads", 1, "batches in flight, one goroutine each")
 	fl.DurationVar(&duration, "duration", 3*time.Second, "time per block size")
 	fl.StringVar(&buffer, "buffer-size", "256MiB", "each side's buffer")
+	fl.StringVar(&mem, "mem", "cpu", "each side's buffer memory: cpu, or cuda (device 0, registered as a GPU KV cache is)")
 	fl.StringVar(&meta, "metadata-server", trans.P2P, "P2PHANDSHAKE, a tcp:// or etcd:// store (or host:port: etcd), http://host:port/path (Mooncake's HTTP metadata) or redis://host:port")
 	fl.StringVar(&target, "segment-id", "", "the target's unique id (ip:port)")
 	fl.StringVar(&local, "local-server-name", "127.0.0.1:0", "this engine's unique id (port 0: any)")
@@ -124,13 +132,13 @@ func transBenchCmd() *cobra.Command {
 }
 
 // startTransTarget runs `hmc trans bench --mode target` as a child and returns its unique id.
-func startTransTarget(ctx context.Context, meta, protocol, buffer string) (*exec.Cmd, string, error) {
+func startTransTarget(ctx context.Context, meta, protocol, buffer, mem string) (*exec.Cmd, string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, "", err
 	}
 	c := exec.CommandContext(ctx, exe, "trans", "bench", "--mode", "target", "--metadata-server", meta,
-		"--protocol", protocol, "--buffer-size", buffer)
+		"--protocol", protocol, "--buffer-size", buffer, "--mem", mem)
 	c.Stderr = os.Stderr
 	out, err := c.StdoutPipe()
 	if err != nil {

@@ -8,6 +8,10 @@ bytes back through a device copy, "fill <seed> <off> <n>" with "filled <seed>", 
 
 initiator <target name> <remote address>: runs every scenario against the target and prints
 "PASS" (or raises).
+
+mftarget <store url> / mfinit <store url> <session> <remote address>: the same through
+memfabric_hybrid's TransferEngine (mf_adapter's contract, as SGLang's Ascend path calls it), with
+a stream given to the _submit forms.
 """
 import sys
 import time
@@ -111,8 +115,46 @@ def initiator(peer, remote):
     print("PASS", flush=True)
 
 
+def mf_target(url):
+    from memfabric_hybrid import TransferEngine as MF
+    te = MF()
+    session = f"127.0.0.1:{te.get_rpc_port()}"
+    assert te.initialize(url, session, "Decode", 0) == 0
+    arr = device.DeviceArray(N)
+    assert te.register_memory(arr.ptr, N) == 0
+    print("READY", session, arr.ptr, flush=True)
+    sys.stdin.read()
+    te.unInitialize()
+
+
+def mf_initiator(url, session, remote):
+    from memfabric_hybrid import TransferEngine as MF
+    remote = int(remote)
+    te = MF()
+    me = f"127.0.0.1:{te.get_rpc_port()}"
+    assert te.initialize(url, me, "Prefill", 0) == 0
+    local = device.DeviceArray(N)
+    assert te.register_memory(local.ptr, N) == 0
+    n = 1 << 20
+    local.copy_from(pattern(n, 9))
+    assert te.transfer_sync_write(session, local.ptr, remote, n) == 0
+    assert te.transfer_sync_read(session, local.ptr + n, remote, n) == 0
+    assert local.to_bytes(n, n) == pattern(n, 9), "memfabric: device round trip"
+    with device.Stream() as s:  # a device stream orders the _submit forms
+        local.memset_async(0x4b, s, n)
+        assert te.transfer_async_write_submit(session, local.ptr, remote + 64, n, s.ptr) == 0
+        assert te.batch_transfer_async_read_submit(session, [local.ptr + 2 * n], [remote + 64], [n], s.ptr) == 0
+        assert local.to_bytes(n, 2 * n) == bytes([0x4b]) * n, "memfabric: the submit did not wait for its stream"
+    te.unInitialize()
+    print("PASS", flush=True)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "target":
         target()
+    elif sys.argv[1] == "mftarget":
+        mf_target(sys.argv[2])
+    elif sys.argv[1] == "mfinit":
+        mf_initiator(*sys.argv[2:5])
     else:
         initiator(sys.argv[2], sys.argv[3])

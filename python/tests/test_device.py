@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import HERE
+from conftest import HERE, free_port
 
 
 def env():
@@ -25,6 +25,24 @@ def test_mooncake_device_memory():
         line = tgt.stdout.readline().split()
         assert line and line[0] == "READY", line
         out = subprocess.run([sys.executable, peer, "initiator", line[1], line[2]], env=env(), capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0 and "PASS" in out.stdout, out.stdout + out.stderr
+    finally:
+        tgt.kill()
+        tgt.wait()
+
+
+def test_memfabric_device_memory():
+    import memfabric_hybrid as mf
+    url = f"tcp://127.0.0.1:{free_port()}"
+    assert mf.create_config_store(url) == 0
+    peer = os.path.join(HERE, "dev_peer.py")
+    tgt = subprocess.Popen([sys.executable, peer, "mftarget", url], stdout=subprocess.PIPE, stdin=subprocess.PIPE,
+                           env=env(), text=True)
+    try:
+        line = tgt.stdout.readline().split()
+        assert line and line[0] == "READY", line
+        out = subprocess.run([sys.executable, peer, "mfinit", url, line[1], line[2]], env=env(), capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 0 and "PASS" in out.stdout, out.stdout + out.stderr
     finally:

@@ -95,7 +95,8 @@ def test_sglang_ascend_mf_adapter(compat_dir):
         assert engine.batch_register_memory(ptrs, lens) == 0
         assert engine.transfer_sync_write(session, ptrs[0], bases[0], lens[0]) == 0
         assert engine.batch_transfer_sync_write(session, ptrs[1:3], bases[1:3], lens[1:3]) == 0
-        # A submit form given no stream runs at once; given a stream it is refused with the reason.
+        # A submit form given no stream runs at once; given a stream, which in a process without a
+        # device driver cannot be one, it is refused with the reason.
         import memfabric_hybrid as mf
         assert engine.transfer_async_write_submit(session, ptrs[3], bases[3], lens[3], 0x1234) != 0
         assert "stream" in mf.get_and_clear_last_err_msg()

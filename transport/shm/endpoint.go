@@ -17,6 +17,7 @@ import (
 
 	"github.com/hmc-go/hmc/auth"
 	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
@@ -31,8 +32,15 @@ type endpoint struct {
 	closeO sync.Once
 
 	mu     sync.RWMutex // copies hold it shared; Close takes it to unmap
-	remote []byte       // the target's region, mapped; nil after Close
+	remote []byte       // the target's region, mapped; nil after Close and for device memory
 	whole  []byte       // the whole page-rounded mapping behind remote, for munmap
+	rsize  uint64       // the target's region size
+	open   bool         // false after Close; guarded by mu
+
+	rdev     memory.Ptr   // the target's region when it is device memory, opened through IPC
+	rplace   memory.Place // where rdev lives here
+	closeDev func() error // unmaps rdev
+	lplace   memory.Place // where the local region lives (device when local is nil)
 
 	helpers *helpers // copy goroutines for large transfers; nil with one worker
 
@@ -49,6 +57,13 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 		return nil, fmt.Errorf("shm: dial without a local region: %w", status.ErrInvalidConfig)
 	}
 	local := cfg.Local.Bytes() // nil for device memory: copied with the device's H2D/D2H into the peer's mapping
+	lplace := memory.HostPlace
+	if local == nil {
+		var err error
+		if lplace, err = memory.LocateRange(cfg.Local.Ptr(), cfg.Local.Size()); err != nil {
+			return nil, fmt.Errorf("shm: local region: %w", err)
+		}
+	}
 	myBoot, err := BootID()
 	if err != nil {
 		return nil, err
@@ -81,16 +96,20 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 		_ = c.Close()
 		return nil, fmt.Errorf("shm: %s: %w", cfg.Addr, err)
 	}
-	whole, err := t.handshake(ctx, c, hello{rank: cfg.Rank, listenPort: uint16(cfg.ListenPort), ip: cfg.LocalIP}, myBoot)
+	whole, err := t.handshake(ctx, c, hello{rank: cfg.Rank, listenPort: uint16(cfg.ListenPort), ip: cfg.LocalIP}, myBoot, cred.PID)
 	if err != nil {
 		_ = c.Close() // the handshake failed; its error is reported
 		return nil, fmt.Errorf("shm: %s: %w", cfg.Addr, err)
 	}
 	ep := &endpoint{cfg: t.cfg, region: cfg.Local, local: local, conn: c, whole: whole.mapping, remote: whole.region,
-		version: whole.version, pid: cred.PID}
-	ep.peer.version = whole.version
+		rsize: whole.size, open: true, rdev: whole.dev, rplace: whole.devPlace, closeDev: whole.closeDev,
+		version: whole.version, pid: cred.PID, lplace: memory.HostPlace}
+	ep.peer.version, ep.peer.pid = whole.version, cred.PID
 	ep.peer.init()
 	if local == nil {
+		ep.lplace = lplace
+	}
+	if local == nil && ep.remote != nil {
 		// Device copies into and out of pageable memory run at a fraction of the link's rate
 		// (H100: 12 vs 54 GB/s device-to-host at 4 MiB), so the peer's mapping is page-locked
 		// for this device, as RDMA registration pins a region. Where that fails the copies
@@ -116,9 +135,17 @@ func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transpo
 type mapping struct {
 	mapping, region []byte
 	version         uint16 // the handshake's: the version the link runs
+	size            uint64 // the region's size
+
+	// A device region, opened through its IPC handle (region and mapping are then nil).
+	dev      memory.Ptr
+	devPlace memory.Place
+	closeDev func() error
 }
 
-func (t *Transport) handshake(ctx context.Context, c *net.UnixConn, h hello, myBoot [bootIDSize]byte) (mapping, error) {
+// handshake sends the hello and takes the offer of the target (of process pid): its memfd
+// mapped, or its device region opened.
+func (t *Transport) handshake(ctx context.Context, c *net.UnixConn, h hello, myBoot [bootIDSize]byte, pid int) (mapping, error) {
 	dl, ok := ctx.Deadline()
 	if !ok {
 		dl = time.Now().Add(t.cfg.HandshakeTimeout)
@@ -158,12 +185,47 @@ func (t *Transport) handshake(ctx context.Context, c *net.UnixConn, h hello, myB
 	if o.bootID != myBoot {
 		return mapping{}, fmt.Errorf("target runs on another kernel (boot id %q): %w", o.bootID, status.ErrUnsupported)
 	}
+	if o.flags&offerDevice != 0 {
+		return openDeviceOffer(c, o, fds, pid)
+	}
 	if len(fds) != 1 {
 		return mapping{}, fmt.Errorf("offer carried %d descriptors, want 1: %w", len(fds), status.ErrProtocol)
 	}
 	m, err := mapRegion(fds[0], 0, o.size)
-	m.version = o.version
+	m.version, m.size = o.version, o.size
 	return m, err
+}
+
+// openDeviceOffer reads a device region's record after its offer and opens its IPC handle
+// (with the emulated GPU's memfd, the one descriptor that came; none for a real device's).
+func openDeviceOffer(c *net.UnixConn, o offer, fds []int, pid int) (mapping, error) {
+	var b [devRecordSize]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		return mapping{}, fmt.Errorf("device record: %w: %w", status.ErrPeerClosed, err)
+	}
+	d, err := decodeDevRecord(b[:])
+	if err != nil {
+		return mapping{}, err
+	}
+	if o.size == 0 || d.size-d.offset < o.size {
+		return mapping{}, fmt.Errorf("device region of %d bytes at offset %d of a %d-byte allocation: %w", o.size, d.offset, d.size, status.ErrProtocol)
+	}
+	h := d.handle(pid, -1)
+	want := 0
+	if d.emulated {
+		want = 1
+	}
+	if len(fds) != want {
+		return mapping{}, fmt.Errorf("device offer carried %d descriptors, want %d: %w", len(fds), want, status.ErrProtocol)
+	}
+	if d.emulated {
+		h.FD = fds[0]
+	}
+	p, pl, closeDev, err := memory.OpenIPC(h)
+	if err != nil {
+		return mapping{}, fmt.Errorf("opening the target's device region: %w", err)
+	}
+	return mapping{version: o.version, size: o.size, dev: p, devPlace: pl, closeDev: closeDev}, nil
 }
 
 func parseRights(oob []byte) []int {
@@ -227,7 +289,7 @@ func (ep *endpoint) watch() {
 func (ep *endpoint) RemoteSize() uint64 {
 	ep.mu.RLock()
 	defer ep.mu.RUnlock()
-	return uint64(len(ep.remote))
+	return ep.rsize
 }
 
 // PutAsync copies at once; the returned Op is already complete.
@@ -246,14 +308,21 @@ func (ep *endpoint) copyOp(ctx context.Context, put bool, localOff, remoteOff, n
 	if e := ep.dead.Load(); e != nil {
 		return nil, *e
 	}
-	if ep.remote == nil {
+	if !ep.open {
 		return nil, fmt.Errorf("shm: endpoint: %w", status.ErrClosed)
 	}
-	if err := transport.CheckRanges(ep.region.Size(), uint64(len(ep.remote)), localOff, remoteOff, n); err != nil {
+	if err := transport.CheckRanges(ep.region.Size(), ep.rsize, localOff, remoteOff, n); err != nil {
 		return nil, fmt.Errorf("shm: %w", err)
 	}
 	if err := status.FromContext(ctx); err != nil {
 		return nil, err
+	}
+	if ep.rdev != 0 { // the target's device memory: one driver copy from or to the local region
+		l := ep.region.Ptr() + memory.Ptr(localOff)
+		if err := copyDevice(put, ep.rdev+memory.Ptr(remoteOff), ep.rplace, l, ep.lplace, n); err != nil {
+			return nil, fmt.Errorf("shm: device copy: %w", err)
+		}
+		return transport.Succeeded(), nil
 	}
 	if ep.local == nil { // one device copy between the local GPU region and the peer's mapping
 		r := ep.remote[remoteOff : remoteOff+n]
@@ -545,12 +614,17 @@ func (ep *endpoint) Close() error {
 		ep.helpers.close()
 		ep.peer.close() // the region mappings, after every copy (copies hold mu shared)
 		ep.mu.Lock()
+		ep.open = false
 		if ep.remote != nil {
 			if ep.unpin != nil {
 				_ = ep.unpin() // before the unmap; the error (a driver's) changes nothing here
 			}
 			_ = unix.Munmap(ep.whole) // copies hold mu shared: none is running
 			ep.remote, ep.whole = nil, nil
+		}
+		if ep.closeDev != nil {
+			_ = ep.closeDev() // copies hold mu shared: none is running
+			ep.closeDev, ep.rdev = nil, 0
 		}
 		ep.mu.Unlock()
 	})

@@ -225,7 +225,7 @@ func (rs *regionServer) answer(peer uint32, q linkReq, controlSent bool, ver uin
 			return resp, nil, nil
 		}
 		resp.flags |= lflagDevice
-		resp.dev = devRecord{vendor: uint8(h.Vendor), emulated: h.Emulated(), device: int32(h.Device), size: h.Size, offset: h.Offset, raw: h.Raw}
+		resp.dev = recordOf(h)
 		if h.Emulated() {
 			resp.flags |= lflagRegionFD
 			fds = append(fds, h.FD)

@@ -37,6 +37,7 @@ type peerRegion struct {
 // carries its region requests on the link.
 type peerRegions struct {
 	version uint16 // the link's version: 3 checks slot generations
+	pid     int    // the target's process id (SO_PEERCRED)
 
 	sweepAt int // guarded by mu: the cache size at which add sweeps out deregistered regions
 	mu      sync.Mutex
@@ -237,7 +238,7 @@ func (p *peerRegions) add(resp linkResp, fds []int) (*peerRegion, error) {
 		if d.size-d.offset < resp.size {
 			return nil, fmt.Errorf("shm: device region %d of %d bytes at offset %d of a %d-byte allocation: %w", key, resp.size, d.offset, d.size, status.ErrProtocol)
 		}
-		h := memory.IPCHandle{Vendor: memory.Type(d.vendor), Device: int(d.device), Raw: d.raw, FD: -1, Size: d.size, Offset: d.offset}
+		h := d.handle(p.pid, -1)
 		if d.emulated {
 			if regionFD < 0 {
 				return nil, fmt.Errorf("shm: an emulated device region without its descriptor: %w", status.ErrProtocol)
@@ -435,7 +436,7 @@ func (ep *endpoint) usable(ctx context.Context) error {
 	if e := ep.dead.Load(); e != nil {
 		return *e
 	}
-	if ep.remote == nil {
+	if !ep.open {
 		return fmt.Errorf("shm: endpoint: %w", status.ErrClosed)
 	}
 	return status.FromContext(ctx)
@@ -461,8 +462,14 @@ func (ep *endpoint) rma(ctx context.Context, write bool, b []byte, remote transp
 	}
 	n := uint64(len(b))
 	if remote.Key == transport.DefaultRegion {
-		if err := buffer.CheckRange(uint64(len(ep.remote)), remote.Addr, n); err != nil {
+		if err := buffer.CheckRange(ep.rsize, remote.Addr, n); err != nil {
 			return nil, fmt.Errorf("shm: %w", err)
+		}
+		if ep.rdev != 0 {
+			if err := copyDevice(write, ep.rdev+memory.Ptr(remote.Addr), ep.rplace, memory.Ptr(memory.AddrOf(b)), memory.HostPlace, n); err != nil {
+				return nil, fmt.Errorf("shm: device copy: %w", err)
+			}
+			return transport.Succeeded(), nil
 		}
 		m := ep.remote[remote.Addr : remote.Addr+n]
 		if write {
@@ -522,6 +529,9 @@ func (ep *endpoint) Atomic(ctx context.Context, op buffer.AtomicOp, dst transpor
 		return 0, err
 	}
 	if dst.Key == transport.DefaultRegion {
+		if ep.rdev != 0 {
+			return 0, fmt.Errorf("shm: the target's region is device memory: atomics reach host memory only: %w", status.ErrUnsupported)
+		}
 		old, err := buffer.Atomic(ep.remote, dst.Addr, op, operand, compare)
 		if err != nil {
 			return 0, fmt.Errorf("shm: %w", err)
@@ -629,10 +639,14 @@ func (ep *endpoint) rmaDevice(ctx context.Context, write bool, local memory.Ptr,
 		return nil, err
 	}
 	if remote.Key == transport.DefaultRegion {
-		if err := buffer.CheckRange(uint64(len(ep.remote)), remote.Addr, n); err != nil {
+		if err := buffer.CheckRange(ep.rsize, remote.Addr, n); err != nil {
 			return nil, fmt.Errorf("shm: %w", err)
 		}
-		if err := copyDevice(write, memory.Ptr(memory.AddrOf(ep.remote))+memory.Ptr(remote.Addr), memory.HostPlace, local, lp, n); err != nil {
+		rp, rpl := memory.Ptr(memory.AddrOf(ep.remote)), memory.HostPlace
+		if ep.rdev != 0 {
+			rp, rpl = ep.rdev, ep.rplace
+		}
+		if err := copyDevice(write, rp+memory.Ptr(remote.Addr), rpl, local, lp, n); err != nil {
 			return nil, fmt.Errorf("shm: %w", err)
 		}
 		return transport.Succeeded(), nil

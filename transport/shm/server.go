@@ -10,13 +10,15 @@ import (
 
 	"github.com/hmc-go/hmc/auth"
 	"github.com/hmc-go/hmc/internal/acceptor"
+	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
 
 type server struct {
 	t        *Transport
-	fd       int
+	fd       int        // the region's memfd (host memory), or the emulated GPU's (device), or -1
+	dev      *devRecord // the region's IPC handle when it is device memory
 	size     uint64
 	boot     [bootIDSize]byte
 	regions  *regionServer // the process's region table (version-2 links), or nil
@@ -25,28 +27,49 @@ type server struct {
 	links    *acceptor.Server[*net.UnixConn]
 }
 
-// Listen serves cfg.Region, which must be memfd-backed host memory, on the Unix socket
-// cfg.BindAddr ("@name" for an abstract socket, else a path).
+// Listen serves cfg.Region on the Unix socket cfg.BindAddr ("@name" for an abstract socket,
+// else a path): memfd-backed host memory, shared as its memfd, or device memory, shared as its
+// IPC handle (initiators of version 4 and later).
 func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error) {
 	if cfg.Region == nil {
 		return nil, fmt.Errorf("shm: listen without a region: %w", status.ErrInvalidConfig)
-	}
-	if cfg.Region.FD() < 0 || cfg.Region.Bytes() == nil {
-		return nil, fmt.Errorf("shm: region is %v memory without a memfd; shared memory needs a host buffer: %w",
-			cfg.Region.Type(), status.ErrUnsupported)
 	}
 	boot, err := BootID()
 	if err != nil {
 		return nil, err
 	}
+	fd, dev := cfg.Region.FD(), (*devRecord)(nil)
+	if cfg.Region.Bytes() == nil {
+		pl, err := memory.LocateRange(cfg.Region.Ptr(), cfg.Region.Size())
+		if err != nil {
+			return nil, fmt.Errorf("shm: %w", err)
+		}
+		h, err := memory.ExportIPC(cfg.Region.Ptr(), pl)
+		if err != nil {
+			return nil, fmt.Errorf("shm: the region is %v memory, shared through its IPC handle, which it has none of: %w", pl, err)
+		}
+		r := recordOf(h)
+		dev = &r
+		fd = h.FD // the emulation's memfd (a duplicate this server owns), else -1
+	} else if fd < 0 {
+		return nil, fmt.Errorf("shm: region is %v memory without a memfd; shared memory needs a memfd-backed host buffer: %w",
+			cfg.Region.Type(), status.ErrUnsupported)
+	}
+	closeDevFD := func() {
+		if dev != nil && fd >= 0 {
+			_ = unix.Close(fd)
+		}
+	}
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: cfg.BindAddr, Net: "unix"})
 	if err != nil {
+		closeDevFD()
 		return nil, fmt.Errorf("shm: listen %s: %w: %w", cfg.BindAddr, status.ErrInvalidConfig, err)
 	}
-	s := &server{t: t, fd: cfg.Region.FD(), size: cfg.Region.Size(), boot: boot, onAccept: cfg.OnAccept, l: l}
+	s := &server{t: t, fd: fd, dev: dev, size: cfg.Region.Size(), boot: boot, onAccept: cfg.OnAccept, l: l}
 	if cfg.Regions != nil {
 		if s.regions, err = newRegionServer(cfg.Regions, t.cfg.Logger); err != nil {
 			_ = l.Close()
+			closeDevFD()
 			return nil, err
 		}
 	}
@@ -62,6 +85,9 @@ func (s *server) Close() error {
 	err := s.links.Close()
 	if s.regions != nil {
 		s.regions.close()
+	}
+	if s.dev != nil && s.fd >= 0 {
+		_ = unix.Close(s.fd) // the emulated GPU's memfd duplicate, ours
 	}
 	if err != nil {
 		return fmt.Errorf("shm: close: %w: %w", status.ErrFailed, err)
@@ -106,7 +132,25 @@ func (s *server) serve(c *net.UnixConn) {
 		s.onAccept(transport.PeerInfo{Rank: h.rank, IP: ip, ListenPort: int(h.listenPort)})
 	}
 	o := offer{version: h.version, size: s.size, bootID: s.boot}
-	if _, _, err := c.WriteMsgUnix(o.encode(), unix.UnixRights(s.fd), nil); err != nil {
+	msg, fds := o.encode(), []int{s.fd}
+	if s.dev != nil {
+		if h.version < 4 {
+			s.t.cfg.Logger.Warn("shm: refused an initiator: the region is device memory, which needs link version 4", "version", h.version)
+			return
+		}
+		o.flags = offerDevice
+		msg = append(o.encode(), make([]byte, devRecordSize)...)
+		s.dev.encode(msg[offerSize:])
+		fds = nil
+		if s.dev.emulated {
+			fds = []int{s.fd}
+		}
+	}
+	var rights []byte
+	if len(fds) > 0 {
+		rights = unix.UnixRights(fds...)
+	}
+	if _, _, err := c.WriteMsgUnix(msg, rights, nil); err != nil {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 )
 
@@ -69,18 +70,25 @@ func decodeHello(b []byte) (hello, error) {
 	return hello{version: min(v, version), rank: binary.LittleEndian.Uint32(b[8:]), listenPort: binary.LittleEndian.Uint16(b[6:]), ip: string(b[16 : 16+n])}, nil
 }
 
-// offer: target → initiator, sent with the memfd: magic, version u16, reserved u16, region
-// size u64, boot id [40] (the kernel's boot_id text, NUL-padded), plus reserved to 56 bytes.
+// offer: target → initiator, sent with the memfd: magic, version u16, flags u16 (version 4;
+// reserved before), region size u64, boot id [40] (the kernel's boot_id text, NUL-padded), plus
+// reserved to 56 bytes. With offerDevice the region is device memory: a devRecord follows in the
+// same write, and the memfd is the emulated GPU's (none for a real device's).
 type offer struct {
 	version uint16 // the version the link runs
+	flags   uint16
 	size    uint64
 	bootID  [bootIDSize]byte
 }
+
+// offerDevice flags an offer of a device region (version 4).
+const offerDevice = 1
 
 func (o offer) encode() []byte {
 	b := make([]byte, offerSize)
 	copy(b, magic)
 	binary.LittleEndian.PutUint16(b[4:], o.version)
+	binary.LittleEndian.PutUint16(b[6:], o.flags)
 	binary.LittleEndian.PutUint64(b[8:], o.size)
 	copy(b[16:16+bootIDSize], o.bootID[:])
 	return b
@@ -95,8 +103,9 @@ func decodeOffer(b []byte) (offer, error) {
 	if o.version < minVersion || o.version > version {
 		return o, fmt.Errorf("shm: target runs version %d, initiator %d..%d: %w", o.version, minVersion, version, status.ErrUnsupported)
 	}
-	if binary.LittleEndian.Uint16(b[6:]) != 0 {
-		return o, fmt.Errorf("shm: reserved offer bits set: %w", status.ErrProtocol)
+	o.flags = binary.LittleEndian.Uint16(b[6:])
+	if o.flags&^offerDevice != 0 || (o.flags != 0 && o.version < 4) {
+		return o, fmt.Errorf("shm: offer flags %#x on a version-%d link: %w", o.flags, o.version, status.ErrProtocol)
 	}
 	o.size = binary.LittleEndian.Uint64(b[8:])
 	copy(o.bootID[:], b[16:16+bootIDSize])
@@ -140,13 +149,14 @@ const (
 	lflagControlFD = 2 // the target's control memfd is attached
 	lflagDevice    = 4 // version 4: device memory; a devRecord follows the answer
 
-	devRecordSize = 88
+	devRecordSize = 96
 )
 
 // devRecord is a device region's IPC handle (version 4), sent right after its answer: vendor
 // u8 (memory.Type), emulated u8, reserved u16, device i32, allocation size u64, the region's
 // offset in the allocation u64, the driver's handle [64] (zero for the emulation, whose memfd
-// is attached instead).
+// is attached instead), the allocation's address in the target u64 (a target in the
+// initiator's own process is reached there: CUDA does not open a handle in its own process).
 type devRecord struct {
 	vendor   uint8
 	emulated bool
@@ -154,6 +164,18 @@ type devRecord struct {
 	size     uint64
 	offset   uint64
 	raw      [64]byte
+	base     uint64
+}
+
+// handle is the record as memory's IPC handle of a target whose process id the kernel gave
+// (fd: the emulated GPU's memfd, or -1).
+func (d devRecord) handle(pid, fd int) memory.IPCHandle {
+	return memory.IPCHandle{Vendor: memory.Type(d.vendor), Device: int(d.device), Raw: d.raw, FD: fd, Size: d.size,
+		Offset: d.offset, Base: d.base, PID: pid}
+}
+
+func recordOf(h memory.IPCHandle) devRecord {
+	return devRecord{vendor: uint8(h.Vendor), emulated: h.Emulated(), device: int32(h.Device), size: h.Size, offset: h.Offset, raw: h.Raw, base: h.Base}
 }
 
 func (d devRecord) encode(b []byte) {
@@ -165,12 +187,14 @@ func (d devRecord) encode(b []byte) {
 	binary.LittleEndian.PutUint64(b[8:], d.size)
 	binary.LittleEndian.PutUint64(b[16:], d.offset)
 	copy(b[24:], d.raw[:])
+	binary.LittleEndian.PutUint64(b[88:], d.base)
 }
 
 func decodeDevRecord(b []byte) (devRecord, error) {
 	d := devRecord{vendor: b[0], emulated: b[1] == 1, device: int32(binary.LittleEndian.Uint32(b[4:])),
 		size: binary.LittleEndian.Uint64(b[8:]), offset: binary.LittleEndian.Uint64(b[16:])}
-	copy(d.raw[:], b[24:])
+	copy(d.raw[:], b[24:88])
+	d.base = binary.LittleEndian.Uint64(b[88:])
 	if b[1] > 1 || b[2] != 0 || b[3] != 0 || d.device < 0 || d.size == 0 || d.offset >= d.size {
 		return d, fmt.Errorf("shm: bad device record (device %d, offset %d of %d): %w", d.device, d.offset, d.size, status.ErrProtocol)
 	}
