@@ -538,3 +538,21 @@ func AllocStagingFor(pl Place, size uint64) (b []byte, free func() error, err er
 	}
 	return make([]byte, size), func() error { return nil }, nil
 }
+
+// PinHostFor page-locks host memory b for copies with the device at pl (cuMemHostRegister,
+// portable), as Memory.PinHost does for a Memory's device: copies between b and the device then
+// run at the rate of page-locked memory. unpin must be called before b is unmapped. Memory of
+// other vendors, and the emulation's, is not locked (ErrUnsupported; the copies still work).
+func PinHostFor(pl Place, b []byte) (unpin func() error, err error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("memory: pin of 0 bytes: %w", status.ErrInvalidConfig)
+	}
+	if pl.Vendor != NvidiaGPU || pl.emu {
+		return nil, fmt.Errorf("memory: page-locking host memory for %v memory: %w", pl, status.ErrUnsupported)
+	}
+	c, err := cudaDevice(pl.Device)
+	if err != nil {
+		return nil, err
+	}
+	return c.pinHost(b)
+}

@@ -47,6 +47,9 @@ func TestRegisterDeviceMemory(t *testing.T) {
 	if err := e.Register(memory.AddrOf(host), 8192); err != nil {
 		t.Fatalf("host memory: %v", err)
 	}
+	if bufs := e.Buffers(); len(bufs) < 2 || bufs[0].Location != "cuda:0" || bufs[len(bufs)-1].Location != "cpu" {
+		t.Fatalf("published buffers: %+v", bufs)
+	}
 	if err := e.Register(uint64(d.Ptr())+1<<20-4096, 8192); err == nil || !strings.Contains(err.Error(), "ends in") {
 		t.Fatalf("a range from device memory into what follows it: %v", err)
 	}

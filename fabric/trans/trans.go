@@ -74,6 +74,21 @@ func DefaultConfig() Config {
 // Buffer is a range of this process's memory.
 type Buffer struct {
 	Addr, Size uint64
+	// Location is where the memory lives, as its driver said at registration, in Mooncake's
+	// location names: "cpu" for host memory, "cuda:N" for CUDA device (or managed) memory of
+	// device N, "hip:N" for HIP's. Empty in a request to register (and from older peers).
+	Location string `json:",omitempty"`
+}
+
+// location names place p as a Buffer's Location.
+func location(p memory.Place) string {
+	if p.Kind == memory.Host || p.Kind == memory.PinnedHost {
+		return "cpu"
+	}
+	if p.Vendor == memory.AMDGPU {
+		return fmt.Sprintf("hip:%d", p.Device)
+	}
+	return fmt.Sprintf("cuda:%d", p.Device)
 }
 
 // Engine is one process's transfer engine. Its methods are safe for concurrent use.
@@ -257,7 +272,7 @@ func (e *Engine) hello() hello {
 	h := hello{Card: e.mesh.Card(), Rank: e.rank}
 	for _, a := range e.order {
 		if r, ok := e.regs[a]; ok {
-			h.Buffers = append(h.Buffers, Buffer{Addr: r.Addr(), Size: r.Size()})
+			h.Buffers = append(h.Buffers, Buffer{Addr: r.Addr(), Size: r.Size(), Location: location(r.Place())})
 		}
 	}
 	return h

@@ -350,7 +350,7 @@ func TestBatchesAndRegistration(t *testing.T) {
 	}
 	// Coalescing: overlapping and adjacent ranges become one registration.
 	big := make([]byte, 3*4096)
-	if err := e.BatchRegister([]Buffer{{memory.AddrOf(big), 4096}, {memory.AddrOf(big) + 2048, 4096}, {memory.AddrOf(big) + 6144, 6144}}); err != nil {
+	if err := e.BatchRegister([]Buffer{{Addr: memory.AddrOf(big), Size: 4096}, {Addr: memory.AddrOf(big) + 2048, Size: 4096}, {Addr: memory.AddrOf(big) + 6144, Size: 6144}}); err != nil {
 		t.Fatal(err)
 	}
 	found := false

@@ -41,7 +41,8 @@ type Config struct {
 	// HandshakeTimeout bounds the offer exchange (default 5 s).
 	HandshakeTimeout time.Duration
 	// DevicePinMax is the largest peer region an initiator with a GPU buffer page-locks for
-	// its device at dial (default 16 GiB; locking makes every page resident and costs about
+	// its device at dial, or (a peer's registered region) at the first device copy into or out
+	// of it (default 16 GiB; locking makes every page resident and costs about
 	// 4 ms per 64 MiB on an H100 host). Larger regions are copied unlocked, at the driver's
 	// pageable rate. Negative: never lock.
 	DevicePinMax int64
