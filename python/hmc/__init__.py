@@ -97,6 +97,17 @@ def _u64(name, v, lo=0, hi=_U64_MAX):
     return v
 
 
+def _ptr(name, v):
+    """A local address: an int, or the memory of a torch tensor (CPU or CUDA), an object with
+    __cuda_array_interface__ (CuPy, hmc.device.DeviceArray) or a NumPy array."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return _u64(name, v)
+    if hasattr(v, "data_ptr") or hasattr(v, "__cuda_array_interface__") or hasattr(v, "__array_interface__"):
+        from . import device
+        return device.address_of(v)[0]
+    return _u64(name, v)
+
+
 def _seq(name, vals):
     """vals, refused (TypeError) unless it is a sequence: a list, tuple or array."""
     if isinstance(vals, (str, bytes)) or not hasattr(vals, "__len__"):

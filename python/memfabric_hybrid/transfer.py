@@ -13,7 +13,7 @@ import os
 import socket
 from enum import IntEnum
 
-from hmc import _u64, _u64s
+from hmc import _ptr, _u64, _u64s
 
 from . import _smem
 from ._smem import L as _L
@@ -115,10 +115,10 @@ class TransferEngine:
         return self._rpc.getsockname()[1] if self._rpc else -1
 
     def register_memory(self, buffer_addr, capacity):
-        return _L.smem_trans_register_mem(self._h, _u64("buffer_addr", buffer_addr), _u64("capacity", capacity), 0)
+        return _L.smem_trans_register_mem(self._h, _ptr("buffer_addr", buffer_addr), _u64("capacity", capacity), 0)
 
     def batch_register_memory(self, buffer_addrs, capacities):
-        addrs, caps = _u64s("buffer_addrs", buffer_addrs), _u64s("capacities", capacities)
+        addrs, caps = _u64s("buffer_addrs", buffer_addrs, _ptr), _u64s("capacities", capacities)
         if len(addrs) != len(caps) or not addrs or len(addrs) > 1 << 20:
             return -1
         return _L.smem_trans_batch_register_mem(self._h, _smem.ptrs(addrs), _smem.sizes(caps), len(caps), 0)
@@ -127,11 +127,11 @@ class TransferEngine:
         return _L.smem_trans_deregister_mem(self._h, _u64("buffer_addr", buffer_addr))
 
     def _one(self, fn, dest_session, buffer, peer_buffer, length, flags, *stream):
-        return fn(self._h, _u64("buffer", buffer), _b(dest_session), _u64("peer_buffer", peer_buffer),
+        return fn(self._h, _ptr("buffer", buffer), _b(dest_session), _u64("peer_buffer", peer_buffer),
                   _u64("length", length), *stream, int(flags))
 
     def _many(self, fn, dest_session, buffers, peer_buffers, lengths, flags, *stream):
-        locs, rems, lens = _u64s("buffers", buffers), _u64s("peer_buffers", peer_buffers), _u64s("lengths", lengths)
+        locs, rems, lens = _u64s("buffers", buffers, _ptr), _u64s("peer_buffers", peer_buffers), _u64s("lengths", lengths)
         if not (len(locs) == len(rems) == len(lens)) or not locs:
             return -1
         return fn(self._h, _smem.ptrs(locs), _b(dest_session), _smem.ptrs(rems), _smem.sizes(lens), len(lens), *stream,

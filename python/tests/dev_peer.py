@@ -134,10 +134,10 @@ def mf_initiator(url, session, remote):
     me = f"127.0.0.1:{te.get_rpc_port()}"
     assert te.initialize(url, me, "Prefill", 0) == 0
     local = device.DeviceArray(N)
-    assert te.register_memory(local.ptr, N) == 0
+    assert te.register_memory(local, N) == 0  # the array itself, as CuPy's would be given
     n = 1 << 20
     local.copy_from(pattern(n, 9))
-    assert te.transfer_sync_write(session, local.ptr, remote, n) == 0
+    assert te.transfer_sync_write(session, local, remote, n) == 0
     assert te.transfer_sync_read(session, local.ptr + n, remote, n) == 0
     assert local.to_bytes(n, n) == pattern(n, 9), "memfabric: device round trip"
     with device.Stream() as s:  # a device stream orders the _submit forms
