@@ -201,6 +201,17 @@ func CheckRanges(localSize, remoteSize, localOff, remoteOff, n uint64) error {
 	return nil
 }
 
+// VectorRMA is implemented by endpoints that move many pieces in one message (a KV cache's
+// scattered blocks): one header, one table and one completion for many small transfers,
+// instead of a request, a wake-up and an acknowledgement each.
+type VectorRMA interface {
+	// WriteVAsync copies srcs[i] to dsts[i] for every i; the Op completes when every piece is
+	// visible at the target, or with the first error. srcs must stay unchanged until then.
+	WriteVAsync(ctx context.Context, srcs [][]byte, dsts []Remote) (*Op, error)
+	// ReadVAsync copies the bytes at srcs[i] into dsts[i] for every i.
+	ReadVAsync(ctx context.Context, dsts [][]byte, srcs []Remote) (*Op, error)
+}
+
 // DeviceRMA is implemented by endpoints that move this process's device memory themselves
 // (the same-host transport: one device copy into the target's mapping or, through IPC, its
 // device memory). Endpoints without it take device memory through a host staging ring

@@ -227,6 +227,28 @@ func TestDeviceMemoryTwoProcesses(t *testing.T) {
 			if !bytes.Equal(staged, packed) {
 				t.Fatal("a scattered device batch: bytes differ")
 			}
+			// The same blocks from host memory into the peer's device memory (over TCP, one
+			// vector message for many blocks; the target stages device pieces), and back.
+			copy(hostBuf, want)
+			if err := e.BatchWrite(ctx, rid, locals2(hp, blk, blocks), remotes, sizes); err != nil {
+				t.Fatal(err)
+			}
+			check6 := make([]byte, len(packed))
+			if err := e.Read(ctx, rid, memory.AddrOf(check6), rdev, uint64(len(check6))); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(check6, packed) {
+				t.Fatal("a scattered host-to-device batch: bytes differ")
+			}
 		})
 	}
+}
+
+// locals2 is blocks addresses from base, every other block of blk bytes.
+func locals2(base uint64, blk, blocks int) []uint64 {
+	out := make([]uint64, blocks)
+	for k := range out {
+		out[k] = base + uint64(2*k*blk)
+	}
+	return out
 }

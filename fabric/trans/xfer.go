@@ -251,6 +251,12 @@ func (e *Engine) post(ctx context.Context, p *peer, reqs []Request, places []mem
 	}
 	r := ep.(transport.RMA)
 	ops := make([]*transport.Op, 0, len(reqs))
+	// An endpoint that carries many pieces per message (TCP) gets the batch's host requests as
+	// two vectors, one per direction: a KV cache's scattered blocks then cost a message per
+	// megabyte, not a request, a wake-up and an ack each.
+	vr, vector := ep.(transport.VectorRMA)
+	var wsrc, rdst [][]byte
+	var wrem, rrem []transport.Remote
 	for i, q := range reqs {
 		if places != nil && places[i].OnDevice() {
 			ops = append(ops, e.postDevice(ctx, r, q, places[i]))
@@ -258,12 +264,34 @@ func (e *Engine) post(ctx context.Context, p *peer, reqs []Request, places []mem
 		}
 		local := memory.HostSlice(memory.Ptr(q.Local), q.Size)
 		remote := transport.Remote{Addr: q.Remote}
+		if vector && len(reqs) > 1 {
+			if q.Op == Write {
+				wsrc, wrem = append(wsrc, local), append(wrem, remote)
+			} else {
+				rdst, rrem = append(rdst, local), append(rrem, remote)
+			}
+			continue
+		}
 		var op *transport.Op
 		if q.Op == Write {
 			op, err = r.WriteAsync(ctx, local, remote)
 		} else {
 			op, err = r.ReadAsync(ctx, local, remote)
 		}
+		if err != nil {
+			op = transport.Failed(err)
+		}
+		ops = append(ops, op)
+	}
+	if len(wsrc) > 0 {
+		op, err := vr.WriteVAsync(ctx, wsrc, wrem)
+		if err != nil {
+			op = transport.Failed(err)
+		}
+		ops = append(ops, op)
+	}
+	if len(rdst) > 0 {
+		op, err := vr.ReadVAsync(ctx, rdst, rrem)
 		if err != nil {
 			op = transport.Failed(err)
 		}

@@ -93,6 +93,88 @@ func (b *bulkReader) fill(dst []byte, n int) error {
 	return nil
 }
 
+// readv fills every slice of dsts in order: first from br's buffered bytes (br may be nil), then
+// straight from the socket with readv(2), many slices to a call and the low-water mark at what
+// is still owed, as fill does for one slice. A vector request's scattered pieces then cost a
+// few system calls and no copy through a buffer. A nil bulkReader reads each slice from r (br
+// when set) as io.ReadFull does.
+func (b *bulkReader) readv(r io.Reader, br *bufio.Reader, dsts [][]byte) error {
+	i, off := 0, 0 // the next byte to fill: dsts[i][off]
+	advance := func(n int) {
+		for n > 0 && i < len(dsts) {
+			k := min(n, len(dsts[i])-off)
+			n -= k
+			if off += k; off == len(dsts[i]) {
+				i, off = i+1, 0
+			}
+		}
+		for i < len(dsts) && len(dsts[i]) == 0 {
+			i++
+		}
+	}
+	advance(0)
+	if br != nil {
+		for i < len(dsts) && br.Buffered() > 0 {
+			k, _ := br.Read(dsts[i][off:min(len(dsts[i]), off+br.Buffered())]) // buffered bytes only
+			advance(k)
+		}
+		r = br
+	}
+	if b == nil {
+		for ; i < len(dsts); i, off = i+1, 0 {
+			if _, err := io.ReadFull(r, dsts[i][off:]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	owed := -off
+	for _, d := range dsts[i:] {
+		owed += len(d)
+	}
+	if owed == 0 {
+		return nil
+	}
+	defer b.set(1)
+	var (
+		iov  [][]byte
+		n    int
+		rerr error
+	)
+	read := func(fd uintptr) bool {
+		n, rerr = unix.Readv(int(fd), iov)
+		return rerr != unix.EAGAIN
+	}
+	for owed > 0 {
+		b.set(min(owed, bulkLowat))
+		iov = iov[:0]
+		iov = append(iov, dsts[i][off:])
+		for _, d := range dsts[i+1:] {
+			if len(iov) == maxIOV {
+				break
+			}
+			if len(d) > 0 {
+				iov = append(iov, d)
+			}
+		}
+		if err := b.rc.Read(read); err != nil {
+			return err
+		}
+		if rerr != nil {
+			return rerr
+		}
+		if n == 0 {
+			return io.ErrUnexpectedEOF
+		}
+		owed -= n
+		advance(n)
+	}
+	return nil
+}
+
+// maxIOV bounds the slices of one readv (the kernel's UIO_MAXIOV is 1024).
+const maxIOV = 1024
+
 // set makes the socket's low-water mark v (best effort: a refusal leaves reads as they were).
 func (b *bulkReader) set(v int) {
 	if v == b.mark {

@@ -70,8 +70,10 @@ type lane struct {
 
 type outReq struct {
 	r       request
-	payload []byte // a PUT's bytes (a slice of the local region)
-	devOff  uint64 // device regions: the PUT's local offset (payload is nil)
+	payload []byte   // a PUT's bytes (a slice of the local region)
+	table   []byte   // a vector request's piece table (version 3)
+	pieces  [][]byte // a PUTV's pieces, in table order
+	devOff  uint64   // device regions: the PUT's local offset (payload is nil)
 	// rest, when set, is what a poster's non-blocking write left of its request (the end of
 	// the header, copied, and of the payload): the writer sends exactly these bytes.
 	rest net.Buffers
@@ -79,9 +81,10 @@ type outReq struct {
 
 type pend struct {
 	op     *transport.Op
-	reply  uint8  // the response op expected
-	dst    []byte // a GET's destination (in the local region, or an RMA read's), an ATOMIC's 8-byte result
-	devOff uint64 // device regions: the GET's local offset (dst is nil)
+	reply  uint8    // the response op expected
+	dst    []byte   // a GET's destination (in the local region, or an RMA read's), an ATOMIC's 8-byte result
+	dsts   [][]byte // a GETV's destinations, in table order
+	devOff uint64   // device regions: the GET's local offset (dst is nil)
 	n      uint64
 }
 
@@ -278,9 +281,24 @@ func (ep *endpoint) send(ctx context.Context, base request, n uint64, span []byt
 	if n == 0 {
 		return transport.Succeeded(), nil
 	}
+	o := transport.NewOp(ep.parts(n))
+	if err := ep.sendParts(ctx, base, n, span, devOff, o); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// parts is the number of parts send cuts a transfer of n bytes into.
+func (ep *endpoint) parts(n uint64) int {
+	chunk := partSize(n, len(ep.lanes), ep.cfg.ChunkSize)
+	return int((n + chunk - 1) / chunk)
+}
+
+// sendParts posts the parts of a transfer, each finishing one part of o; on an error the parts
+// not posted are finished with it (posted ones finish on their own).
+func (ep *endpoint) sendParts(ctx context.Context, base request, n uint64, span []byte, devOff uint64, o *transport.Op) error {
 	chunk := partSize(n, len(ep.lanes), ep.cfg.ChunkSize)
 	parts := (n + chunk - 1) / chunk
-	o := transport.NewOp(int(parts))
 	var first *lane
 	if parts == 1 {
 		first = ep.pickLane()
@@ -302,10 +320,10 @@ func (ep *endpoint) send(ctx context.Context, base request, n uint64, span []byt
 			for range parts - i {
 				o.Finish(err) // the parts never posted; posted ones finish on their own
 			}
-			return nil, err
+			return err
 		}
 	}
-	return o, nil
+	return nil
 }
 
 // Striping: a transfer of stripeFrom bytes or more is cut into parts of at least stripeMin,
@@ -355,18 +373,8 @@ const stickyInflight = 4
 // memory), or nil for a device region's transfer at devOff; an ATOMIC carries its 16-byte
 // payload in extra and its result lands in span.
 func (l *lane) post(ctx context.Context, r request, span []byte, devOff uint64, o *transport.Op, extra []byte) error {
-	select {
-	case l.slots <- struct{}{}:
-	case <-l.done:
-		return l.failure()
-	default:
-		select {
-		case l.slots <- struct{}{}:
-		case <-l.done:
-			return l.failure()
-		case <-ctx.Done():
-			return fmt.Errorf("tcp: waiting for an in-flight slot: %w", status.FromContext(ctx))
-		}
+	if err := l.acquire(ctx); err != nil {
+		return err
 	}
 	p := pend{op: o, reply: r.op | 0x80, devOff: devOff, n: r.length}
 	out := outReq{r: r, devOff: devOff}
@@ -419,6 +427,51 @@ func (l *lane) post(ctx context.Context, r request, span []byte, devOff uint64, 
 	return nil
 }
 
+// acquire takes one of the lane's in-flight slots, waiting within ctx.
+func (l *lane) acquire(ctx context.Context) error {
+	select {
+	case l.slots <- struct{}{}:
+		return nil
+	case <-l.done:
+		return l.failure()
+	default:
+	}
+	select {
+	case l.slots <- struct{}{}:
+		return nil
+	case <-l.done:
+		return l.failure()
+	case <-ctx.Done():
+		return fmt.Errorf("tcp: waiting for an in-flight slot: %w", status.FromContext(ctx))
+	}
+}
+
+// postVector queues a vector request (version 3) on the lane: its table, and a PUTV's pieces
+// to send or a GETV's to fill. The writer goroutine sends it.
+func (l *lane) postVector(ctx context.Context, r request, table []byte, pieces [][]byte, o *transport.Op) error {
+	if err := l.acquire(ctx); err != nil {
+		return err
+	}
+	p := pend{op: o, reply: opPutAck, n: r.length}
+	out := outReq{r: r, table: table}
+	if r.op == opGetV {
+		p.reply, p.dsts = opGetData, pieces
+	} else {
+		out.pieces = pieces
+	}
+	l.mu.Lock()
+	if l.pending == nil {
+		err := l.err
+		l.mu.Unlock()
+		return err
+	}
+	l.pending[r.id] = p
+	l.mu.Unlock()
+	l.queued.Add(1)
+	l.wq <- out // never blocks: we hold one of MaxInflight slots and wq has MaxInflight places
+	return nil
+}
+
 // directWriteMax is the largest payload a poster writes itself on an idle lane.
 const directWriteMax = 64 << 10
 
@@ -429,6 +482,10 @@ func (l *lane) write(out outReq) error {
 	switch {
 	case out.rest != nil: // what a poster's write left
 		err = writeSliced(l.c, out.rest)
+	case out.table != nil: // a vector request: header, table, pieces in one writev
+		bufs := make(net.Buffers, 0, 2+len(out.pieces))
+		bufs = append(append(bufs, l.hb[:], out.table), out.pieces...)
+		err = writeSliced(l.c, bufs)
 	case l.send != nil && out.payload == nil && out.r.op == opPut && out.r.length > 0: // a device region's PUT
 		if _, err = l.c.Write(l.hb[:]); err == nil {
 			err = l.send.Send(l.c, out.devOff, out.r.length)
@@ -507,6 +564,9 @@ func (l *lane) writeMany(out outReq) (int, error) {
 		switch {
 		case out.rest != nil:
 			bufs = append(bufs, out.rest...)
+		case out.table != nil:
+			out.r.encode(&hdrs[n])
+			bufs = append(append(bufs, hdrs[n][:], out.table), out.pieces...)
 		default:
 			out.r.encode(&hdrs[n])
 			bufs = append(bufs, hdrs[n][:])
@@ -612,6 +672,13 @@ func (ep *endpoint) readLoop(l *lane) {
 				l.fail(err)
 				return
 			}
+		} else if get && p.dsts != nil {
+			if err := l.bulk.readv(l.r, nil, p.dsts); err != nil {
+				err = fmt.Errorf("tcp: receive: %w", wrapIO(err))
+				p.op.Finish(err)
+				l.fail(err)
+				return
+			}
 		} else if get && p.dst == nil && l.recv != nil {
 			if err := l.recv.Receive(l.r, p.devOff, p.n); err != nil {
 				err = fmt.Errorf("tcp: receive into device memory: %w", wrapIO(err))
@@ -711,6 +778,110 @@ func (ep *endpoint) postRMA(ctx context.Context, op uint8, span []byte, remote t
 		return transport.Succeeded(), nil
 	}
 	return ep.send(ctx, base, uint64(len(span)), span, 0)
+}
+
+// Vector requests: pieces under vecPieceMax travel together, at most vecBytes and maxPieces
+// to a message (a message per lane in turn, so a large batch still uses every lane); larger
+// pieces go on their own, cut into parts as any transfer.
+const (
+	vecPieceMax = 256 << 10
+	vecBytes    = 1 << 20
+)
+
+// WriteVAsync implements transport.VectorRMA: srcs[i] goes to dsts[i], the small pieces many
+// to a message (one header and table, one ack), the large ones as WriteAsync sends them. The Op
+// completes when every piece has landed, or with the first error. A target that speaks wire
+// version 2 gets a request per piece.
+func (ep *endpoint) WriteVAsync(ctx context.Context, srcs [][]byte, dsts []transport.Remote) (*transport.Op, error) {
+	return ep.postVector(ctx, opPutV, srcs, dsts)
+}
+
+// ReadVAsync implements transport.VectorRMA, as WriteVAsync: srcs[i] is read into dsts[i].
+func (ep *endpoint) ReadVAsync(ctx context.Context, dsts [][]byte, srcs []transport.Remote) (*transport.Op, error) {
+	return ep.postVector(ctx, opGetV, dsts, srcs)
+}
+
+func (ep *endpoint) postVector(ctx context.Context, op uint8, bufs [][]byte, remotes []transport.Remote) (*transport.Op, error) {
+	if len(bufs) != len(remotes) {
+		return nil, fmt.Errorf("tcp: %d buffers for %d remote ranges: %w", len(bufs), len(remotes), status.ErrInvalidConfig)
+	}
+	single := uint8(opPut)
+	if op == opGetV {
+		single = opGet
+	}
+	type message struct {
+		idx   []int
+		bytes uint64
+	}
+	var (
+		msgs    []message
+		singles []int
+		reqs    = make([]request, len(bufs))
+		parts   int
+	)
+	for i, b := range bufs {
+		n := uint64(len(b))
+		if n == 0 {
+			continue
+		}
+		r, err := ep.rmaRequest(single, remotes[i], n)
+		if err != nil {
+			return nil, err
+		}
+		reqs[i] = r
+		if ep.version < 3 || n >= vecPieceMax {
+			singles = append(singles, i)
+			parts += ep.parts(n)
+			continue
+		}
+		if m := len(msgs) - 1; m < 0 || len(msgs[m].idx) == maxPieces || msgs[m].bytes+n > vecBytes {
+			msgs = append(msgs, message{})
+		}
+		m := &msgs[len(msgs)-1]
+		m.idx, m.bytes = append(m.idx, i), m.bytes+n
+	}
+	if parts+len(msgs) == 0 {
+		return transport.Succeeded(), nil
+	}
+	o := transport.NewOp(parts + len(msgs))
+	left := parts + len(msgs) // parts not yet posted, finished with the error that stops posting
+	fail := func(err error) (*transport.Op, error) {
+		for range left {
+			o.Finish(err)
+		}
+		return nil, err
+	}
+	for _, m := range msgs {
+		table := make([]byte, len(m.idx)*pieceSize)
+		pieces := make([][]byte, len(m.idx))
+		for j, i := range m.idx {
+			r := reqs[i]
+			p := piece{addr: r.offset, length: r.length}
+			switch r.mode {
+			case modeDefault:
+				p.key = uint32(transport.DefaultRegion)
+			case modeKey:
+				p.key = r.key
+			}
+			p.encode(table[j*pieceSize:])
+			pieces[j] = bufs[i]
+		}
+		r := request{op: op, id: ep.ids.Add(1), offset: uint64(len(m.idx)), length: m.bytes}
+		l := ep.lanes[ep.next.Add(1)%uint64(len(ep.lanes))]
+		if err := l.postVector(ctx, r, table, pieces, o); err != nil {
+			return fail(err)
+		}
+		left--
+	}
+	for _, i := range singles {
+		n := uint64(len(bufs[i]))
+		k := ep.parts(n)
+		left -= k // sendParts finishes its own unposted parts
+		if err := ep.sendParts(ctx, reqs[i], n, bufs[i], 0, o); err != nil {
+			return fail(err)
+		}
+	}
+	return o, nil
 }
 
 // Close fails everything in flight with ErrClosed and waits for the lanes' goroutines.

@@ -118,6 +118,7 @@ func (s *server) serveRequests(c net.Conn, ver uint16, peer uint32) error {
 		arr  [2][]byte
 		size = s.buf.Size()
 		stg  *transport.Stager
+		vec  vectorState
 	)
 	// A device region's lanes stage through pinned host rings, made on a lane's first
 	// transfer: lanes that carry none (an initiator's spare lanes) pin nothing.
@@ -159,6 +160,12 @@ func (s *server) serveRequests(c net.Conn, ver uint16, peer uint32) error {
 		r, err := decodeRequest(&rb, ver)
 		if err != nil {
 			return err
+		}
+		if r.op == opPutV || r.op == opGetV {
+			if err := s.serveVector(c, rd, bulk, ack, ring, peer, r, &wb, &vec); err != nil {
+				return err
+			}
+			continue
 		}
 		if r.mode != modeDefault || r.op == opAtomic {
 			if err := s.serveRegion(c, rd, bulk, ack, ring, peer, r, &wb, &arr); err != nil {
@@ -424,3 +431,154 @@ func (a *acker) flush() error {
 
 // maxAcks bounds the acks held back.
 const maxAcks = 64
+
+// vectorState is a lane's scratch for vector requests, reused from one to the next.
+type vectorState struct {
+	table  []byte
+	pieces []piece
+	mems   [][]byte         // each piece's host memory (nil: a device region's)
+	regs   []*buffer.Region // each piece's region (nil: the default region), acquired
+	offs   []uint64         // each piece's offset in its region
+	bufs   net.Buffers
+}
+
+// serveVector serves a PUTV or GETV (version 3): the table is read, every piece looked up and
+// acquired before a byte moves, then the bytes go straight between the socket and each piece's
+// memory (device pieces through the lane's staging ring), and one response answers them all.
+// A table with a piece that is refused is refused whole (a PUTV's bytes are read and dropped).
+func (s *server) serveVector(c net.Conn, rd *bufio.Reader, bulk *bulkReader, ack *acker, ring func(memory.Place) (*transport.Stager, error),
+	peer uint32, r request, wb *[respSize]byte, v *vectorState) error {
+	k := int(r.offset)
+	if cap(v.table) < k*pieceSize {
+		v.table = make([]byte, k*pieceSize)
+	}
+	v.table = v.table[:k*pieceSize]
+	if _, err := io.ReadFull(rd, v.table); err != nil {
+		return err
+	}
+	v.pieces, v.mems, v.regs, v.offs = v.pieces[:0], v.mems[:0], v.regs[:0], v.offs[:0]
+	var total uint64
+	for i := range k {
+		p, err := decodePiece(v.table[i*pieceSize:])
+		if err != nil {
+			return err
+		}
+		total += p.length
+		v.pieces = append(v.pieces, p)
+	}
+	if total != r.length {
+		return fmt.Errorf("tcp: vector of %d bytes whose pieces add up to %d: %w", r.length, total, status.ErrProtocol)
+	}
+	st := uint8(stOK)
+	defer func() {
+		for _, reg := range v.regs {
+			if reg != nil {
+				reg.Release()
+			}
+		}
+		v.regs = v.regs[:0]
+		clear(v.mems)
+	}()
+	for _, p := range v.pieces {
+		var (
+			mem []byte
+			reg *buffer.Region
+			off uint64
+			err error
+		)
+		switch {
+		case p.key == uint32(transport.DefaultRegion):
+			if s.region == nil || buffer.CheckRange(uint64(len(s.region)), p.addr, p.length) != nil {
+				st = stOutOfRange // a device default region takes no vector requests
+			} else {
+				mem = s.region[p.addr : p.addr+p.length]
+			}
+		case s.regions == nil:
+			st = stNotFound
+		case p.key == 0:
+			reg, off, err = s.regions.FindFor(peer, p.addr, p.length)
+		default:
+			off = p.addr
+			reg, err = s.regions.LookupFor(peer, buffer.Key(p.key), p.addr, p.length)
+		}
+		if err != nil {
+			st = refusal(err)
+		}
+		if st != stOK {
+			break
+		}
+		if reg != nil && !reg.OnDevice() {
+			mem = reg.Bytes()[off : off+p.length]
+		}
+		v.mems, v.regs, v.offs = append(v.mems, mem), append(v.regs, reg), append(v.offs, off)
+	}
+	resp := response{id: r.id, status: st}
+	if r.op == opPutV {
+		resp.op = opPutAck
+		if st != stOK {
+			if _, err := io.CopyN(io.Discard, rd, int64(r.length)); err != nil {
+				return err
+			}
+		} else {
+			// Runs of host pieces are read with readv straight into their memory; device
+			// pieces through the lane's staging ring.
+			run := 0 // the first piece of the run of host pieces not yet read
+			for i := 0; i <= len(v.pieces); i++ {
+				dev := i < len(v.pieces) && v.regs[i] != nil && v.regs[i].OnDevice()
+				if i < len(v.pieces) && !dev {
+					continue
+				}
+				if run < i {
+					if err := bulk.readv(rd, rd, v.mems[run:i]); err != nil {
+						return err
+					}
+				}
+				run = i + 1
+				if dev {
+					reg := v.regs[i]
+					st, err := ring(reg.Place())
+					if err != nil {
+						return err
+					}
+					if err := st.ReceiveInto(rd, reg, v.offs[i], v.pieces[i].length); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		resp.encode(wb)
+		return ack.put(wb)
+	}
+	if err := ack.flush(); err != nil {
+		return err
+	}
+	resp.op = opGetData
+	resp.encode(wb)
+	if st != stOK {
+		_, err := c.Write(wb[:])
+		return err
+	}
+	v.bufs = append(v.bufs[:0], wb[:])
+	for i, p := range v.pieces {
+		reg := v.regs[i]
+		if reg == nil || !reg.OnDevice() {
+			v.bufs = append(v.bufs, v.mems[i])
+			continue
+		}
+		if err := writeSliced(c, v.bufs); err != nil { // what precedes the device piece
+			return err
+		}
+		v.bufs = v.bufs[:0]
+		st, err := ring(reg.Place())
+		if err != nil {
+			return err
+		}
+		if err := st.SendFrom(c, reg, v.offs[i], p.length); err != nil {
+			return err // a short reply: the initiator sees the lane end
+		}
+	}
+	if len(v.bufs) > 0 {
+		return writeSliced(c, v.bufs)
+	}
+	return nil
+}

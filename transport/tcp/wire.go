@@ -13,7 +13,7 @@ const (
 	magic = "HMCT"
 	// version is the highest wire version this side speaks; an initiator offers it, the target
 	// answers with the highest it shares (minVersion at least), and both run that one.
-	version     = 2
+	version     = 3
 	minVersion  = 1
 	helloSize   = 32
 	welcomeSize = 24
@@ -26,6 +26,8 @@ const (
 	opPut       = 1
 	opGet       = 2
 	opAtomic    = 3 // version 2: payload operand, compare (16 bytes)
+	opPutV      = 4 // version 3: a piece table, then every piece's bytes; one ack
+	opGetV      = 5 // version 3: a piece table; one reply with every piece's bytes
 	opPutAck    = 0x81
 	opGetData   = 0x82
 	opAtomicAck = 0x83 // followed by the word's previous value (8 bytes) when the status is OK
@@ -40,6 +42,38 @@ const (
 
 // atomicPayload is the size of an ATOMIC request's payload.
 const atomicPayload = 16
+
+// Vector requests (version 3): offset is the piece count, length the pieces' total bytes; a
+// table of pieceSize-byte entries follows the header (then, for PUTV, the bytes).
+const (
+	pieceSize = 24
+	maxPieces = 4096     // pieces in one vector request
+	maxVector = 64 << 20 // bytes in one vector request
+)
+
+// piece is one entry of a vector request's table: key (0: addr is an address in the target's
+// region table; DefaultRegion's key: an offset in the server's own region; else a region key
+// and an offset in it), reserved u32, addr u64, length u64.
+type piece struct {
+	key    uint32
+	addr   uint64
+	length uint64
+}
+
+func (p piece) encode(b []byte) {
+	binary.LittleEndian.PutUint32(b[0:], p.key)
+	binary.LittleEndian.PutUint32(b[4:], 0)
+	binary.LittleEndian.PutUint64(b[8:], p.addr)
+	binary.LittleEndian.PutUint64(b[16:], p.length)
+}
+
+func decodePiece(b []byte) (piece, error) {
+	p := piece{key: binary.LittleEndian.Uint32(b[0:]), addr: binary.LittleEndian.Uint64(b[8:]), length: binary.LittleEndian.Uint64(b[16:])}
+	if binary.LittleEndian.Uint32(b[4:]) != 0 || p.length == 0 || p.addr+p.length < p.addr {
+		return p, fmt.Errorf("tcp: vector piece of %d bytes at %#x (key %d): %w", p.length, p.addr, p.key, status.ErrProtocol)
+	}
+	return p, nil
+}
 
 // Response status bytes.
 const (
@@ -153,9 +187,14 @@ func decodeRequest(b *[reqSize]byte, v uint16) (request, error) {
 	bad := func(what string) (request, error) {
 		return r, fmt.Errorf("tcp: request %s (version %d): %w", what, v, status.ErrProtocol)
 	}
+	vector := r.op == opPutV || r.op == opGetV
 	switch {
-	case r.op != opPut && r.op != opGet && (r.op != opAtomic || v < 2):
+	case r.op != opPut && r.op != opGet && (r.op != opAtomic || v < 2) && (!vector || v < 3):
 		return bad(fmt.Sprintf("op %#x", r.op))
+	case vector && (r.mode != 0 || r.key != 0 || r.aop != 0 || b[3] != 0):
+		return bad("addressing on a vector request")
+	case vector && (r.offset == 0 || r.offset > maxPieces || r.length < r.offset || r.length > maxVector):
+		return bad(fmt.Sprintf("vector of %d pieces, %d bytes", r.offset, r.length))
 	case b[3] != 0 || (v < 2 && (r.mode != 0 || r.aop != 0 || r.key != 0)):
 		return bad("reserved bits set")
 	case r.mode > modeAddr:

@@ -66,6 +66,103 @@ func RunRMA(t *testing.T, o Options) {
 	t.Run("Atomics", func(t *testing.T) { testAtomics(t, o) })
 	t.Run("AtomicSum", func(t *testing.T) { testAtomicSum(t, o) })
 	t.Run("PublishedTo", func(t *testing.T) { testPublishedTo(t, o) })
+	t.Run("Vectors", func(t *testing.T) { testVectors(t, o) })
+}
+
+// testVectors (endpoints with transport.VectorRMA): a vector of thousands of scattered pieces
+// across three regions, named by key and by address, small and large (several messages, and
+// pieces that go on their own), lands byte for byte and reads back; a vector with one piece
+// the target refuses fails typed (not found, out of range), and leaves the other pieces of its
+// message untouched.
+func testVectors(t *testing.T, o Options) {
+	p := o.NewRMAPair(t)
+	v, ok := p.RMA.(transport.VectorRMA)
+	if !ok {
+		t.Skip("the endpoint moves pieces one by one (no transport.VectorRMA)")
+	}
+	ctx := ctx10(t)
+	const size = 8 << 20
+	mems := [][]byte{o.buf(t, size).Bytes(), o.buf(t, size).Bytes(), o.buf(t, size).Bytes()}
+	regs := make([]*buffer.Region, len(mems))
+	for i, m := range mems {
+		r, err := p.Table.Register(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		regs[i] = r
+	}
+	src := make([]byte, 3*size)
+	Fill(src, 31)
+	var srcs [][]byte
+	var dsts []transport.Remote
+	type place struct{ reg, off, n int }
+	var places []place
+	off, at := 0, make([]int, 3)
+	for i := 0; off < len(src); i++ {
+		n := []int{4096, 512, 16 << 10, 1, 2048, 8192, 100, 64 << 10}[i%8]
+		if i%97 == 0 {
+			n = 300 << 10 // large: on its own
+		}
+		reg := i % 3
+		if at[reg]+n+4096 > size || off+n > len(src) {
+			break
+		}
+		d := transport.Remote{Key: regs[reg].Key(), Addr: uint64(at[reg])}
+		if i%2 == 1 {
+			d = transport.Remote{Addr: regs[reg].Addr() + uint64(at[reg])}
+		}
+		srcs, dsts = append(srcs, src[off:off+n]), append(dsts, d)
+		places = append(places, place{reg, at[reg], n})
+		at[reg] += n + 4096 // scattered: a hole after every piece
+		off += n
+	}
+	if len(srcs) < 1000 {
+		t.Fatalf("only %d pieces", len(srcs))
+	}
+	op, err := v.WriteVAsync(ctx, srcs, dsts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, pl := range places {
+		if !bytes.Equal(mems[pl.reg][pl.off:pl.off+pl.n], srcs[i]) {
+			t.Fatalf("piece %d (%d bytes into region %d at %d) differs", i, pl.n, pl.reg, pl.off)
+		}
+	}
+	back := make([][]byte, len(srcs))
+	for i := range back {
+		back[i] = make([]byte, len(srcs[i]))
+	}
+	if op, err = v.ReadVAsync(ctx, back, dsts); err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range back {
+		if !bytes.Equal(back[i], srcs[i]) {
+			t.Fatalf("read of piece %d differs", i)
+		}
+	}
+	// A refused piece: the vector fails, typed; its message's other pieces stay as they were.
+	before := bytes.Clone(mems[0][:8192])
+	for _, bad := range []struct {
+		r    transport.Remote
+		want error
+	}{{transport.Remote{Addr: 4096}, status.ErrNotFound}, {transport.Remote{Key: regs[1].Key(), Addr: size - 2}, status.ErrOutOfRange}} {
+		op, err := v.WriteVAsync(ctx, [][]byte{[]byte("good"), []byte("bad!")}, []transport.Remote{{Key: regs[0].Key()}, bad.r})
+		if err == nil {
+			err = op.Wait(ctx)
+		}
+		if !errors.Is(err, bad.want) {
+			t.Fatalf("a vector with a piece at %+v: %v, want %v", bad.r, err, bad.want)
+		}
+		if !bytes.Equal(mems[0][:8192], before) {
+			t.Fatal("a refused vector wrote its good piece")
+		}
+	}
 }
 
 // testPublishedTo: a region published to other ranks than the initiator's (1) is, for it, a
