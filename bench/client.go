@@ -96,6 +96,11 @@ type Result struct {
 	Lanes     int     `json:"lanes"`
 	Window    int     `json:"window"`
 	Verified  bool    `json:"verified"`
+	// The transfer engine's rows (hmc trans bench): the median batch's time over its blocks, and
+	// the same bytes per batch as one contiguous transfer in the same run, with the ratio.
+	BlockUs  float64 `json:"block_us,omitempty"`
+	PeerGBps float64 `json:"contiguous_gbps,omitempty"`
+	Ratio    float64 `json:"ratio,omitempty"`
 	// Unsteady says why the run is too short to be steady (empty when it is not): a timed
 	// total under MinSteady, or early steps much slower than later ones (ramp-up).
 	Unsteady string `json:"unsteady,omitempty"`

@@ -61,6 +61,36 @@ func (t *Table) Add(r Result) {
 		gbps, fmt.Sprintf("%.1f", r.P50us), fmt.Sprintf("%.1f", r.P99us), fmt.Sprintf("%.1f", r.MeanUs))
 }
 
+// TransTable prints the transfer engine's rows (hmc trans bench): per pattern and block size,
+// the bandwidth, a batch's time (p50, p99), the median batch's time per block, and the same bytes
+// per batch moved as one contiguous transfer in the same run, with the ratio.
+type TransTable struct {
+	w      io.Writer
+	header bool
+}
+
+// NewTransTable starts a transfer-engine table on w.
+func NewTransTable(w io.Writer) *TransTable { return &TransTable{w: w} }
+
+const transRowFormat = "%-9s %-5s %-10s %-10s %8s %6s %7s %8s %14s %14s %9s %12s %6s\n"
+
+// Add prints one row (and the header before the first).
+func (t *TransTable) Add(r Result) {
+	if !t.header {
+		fmt.Fprintln(t.w, "# batch µs: one batch (all its blocks) submitted and complete; block µs: the median batch over its blocks;"+
+			" contiguous: the same bytes per batch as one transfer, same run")
+		fmt.Fprintf(t.w, transRowFormat, "transport", "op", "pattern", "mem", "block", "blocks", "iters", "GB/s",
+			"batch p50 µs", "batch p99 µs", "block µs", "contig GB/s", "ratio")
+		t.header = true
+	}
+	peer, ratio := "-", "-"
+	if r.PeerGBps > 0 {
+		peer, ratio = fmt.Sprintf("%.3f", r.PeerGBps), fmt.Sprintf("%.2f", r.Ratio)
+	}
+	fmt.Fprintf(t.w, transRowFormat, r.Transport, r.Op, r.Mode, r.Mem, FormatSize(r.Size), fmt.Sprint(r.Window), fmt.Sprint(r.Iters),
+		fmt.Sprintf("%.3f", r.GBps), fmt.Sprintf("%.1f", r.P50us), fmt.Sprintf("%.1f", r.P99us), fmt.Sprintf("%.2f", r.BlockUs), peer, ratio)
+}
+
 // latencyOp says whether op is measured as latency (no bandwidth).
 func latencyOp(op string) bool { return op == "lat" || op == "pingpong" }
 

@@ -206,7 +206,8 @@ func CheckRanges(localSize, remoteSize, localOff, remoteOff, n uint64) error {
 // instead of a request, a wake-up and an acknowledgement each.
 type VectorRMA interface {
 	// WriteVAsync copies srcs[i] to dsts[i] for every i; the Op completes when every piece is
-	// visible at the target, or with the first error. srcs must stay unchanged until then.
+	// visible at the target, or with the first error (which pieces landed is then unspecified,
+	// as for a failed WriteAsync). srcs must stay unchanged until then.
 	WriteVAsync(ctx context.Context, srcs [][]byte, dsts []Remote) (*Op, error)
 	// ReadVAsync copies the bytes at srcs[i] into dsts[i] for every i.
 	ReadVAsync(ctx context.Context, dsts [][]byte, srcs []Remote) (*Op, error)

@@ -26,10 +26,11 @@ func transCmd() *cobra.Command {
 
 func transBenchCmd() *cobra.Command {
 	var (
-		mode, op, blocks, meta, target, local, protocol, buffer, plot, mem string
-		batch, threads                                                     int
-		duration                                                           time.Duration
-		jsonOut, verify                                                    bool
+		mode, op, blocks, meta, target, local, protocol, buffer, plot, mem, pattern string
+		peer                                                                        bool
+		batch, threads                                                              int
+		duration                                                                    time.Duration
+		jsonOut, verify                                                             bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -41,7 +42,7 @@ func transBenchCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
 			cfg := bench.TransConfig{Metadata: meta, LocalID: local, Target: target, Batch: batch, Threads: threads,
-				Duration: duration, Verify: verify}
+				Duration: duration, Verify: verify, Pattern: pattern, Peer: peer}
 			switch op {
 			case "write":
 				cfg.Write = true
@@ -91,7 +92,7 @@ func transBenchCmd() *cobra.Command {
 			if cfg.Target == "" {
 				return fmt.Errorf("--segment-id (the target's unique id) is required with --mode initiator")
 			}
-			table := bench.NewTable(cmd.OutOrStdout())
+			table := bench.NewTransTable(cmd.OutOrStdout())
 			var results []bench.Result
 			for _, size := range sizes {
 				cfg.Block = size
@@ -116,7 +117,9 @@ func transBenchCmd() *cobra.Command {
 	fl.StringVar(&mode, "mode", "", "target | initiator (default: both here, the target as a child process)")
 	fl.StringVar(&op, "operation", "write", "read | write")
 	fl.StringVar(&blocks, "block-size", "64KiB", "bytes per request (a list sweeps)")
-	fl.IntVar(&batch, "batch-size", 128, "requests per batch")
+	fl.IntVar(&batch, "batch-size", 128, "requests per batch (not with --pattern kv)")
+	fl.StringVar(&pattern, "pattern", bench.PatternScattered, "the batch's layout: scattered (no two blocks adjacent), contiguous (adjacent: merged into one transfer), kv (61 layers × a K and a V block, two pools)")
+	fl.BoolVar(&peer, "contiguous-peer", true, "after each row, move the same bytes per batch as one contiguous transfer and print the ratio")
 	fl.IntVar(&threads, "threads", 1, "batches in flight, one goroutine each")
 	fl.DurationVar(&duration, "duration", 3*time.Second, "time per block size")
 	fl.StringVar(&buffer, "buffer-size", "256MiB", "each side's buffer")

@@ -418,29 +418,33 @@ func (c *Copier) Copy(dst, src []byte) { copyWith(&c.cfg, c.helpers, dst[:len(sr
 
 // CopyV copies srcs[i] into dsts[i] for every i, the pieces shared among the helpers when
 // they add up to a parallel copy's worth (a batch of discrete pieces, each too small to split).
-func (c *Copier) CopyV(dsts, srcs [][]byte) {
+func (c *Copier) CopyV(dsts, srcs [][]byte) { copyVWith(&c.cfg, c.helpers, dsts, srcs) }
+
+func copyVWith(cfg *Config, h *helpers, dsts, srcs [][]byte) {
 	var n uint64
 	for _, s := range srcs {
 		n += uint64(len(s))
 	}
-	if n < c.cfg.ParallelThreshold || c.helpers == nil || len(srcs) < 2 {
-		c.copyEach(dsts, srcs)
+	if n < cfg.ParallelThreshold || h == nil || len(srcs) < 2 {
+		copyEach(cfg, dsts, srcs)
 		return
 	}
 	start := time.Now()
-	shared := c.helpers.choice.pick(n, start)
+	shared := h.choice.pick(n, start)
 	if shared {
-		c.helpers.share(&copyJob{vd: dsts, vs: srcs, n: n, pieceMin: c.cfg.PieceSize}, min(cap(c.helpers.jobs), len(srcs)-1))
+		// Claims of about a piece size (PieceSize, at least one piece) each.
+		group := int64(max(1, cfg.PieceSize/max(1, n/uint64(len(srcs)))))
+		h.share(&copyJob{vd: dsts, vs: srcs, n: n, pieceMin: cfg.PieceSize, group: group}, min(cap(h.jobs), len(srcs)-1))
 	} else {
-		c.copyEach(dsts, srcs)
+		copyEach(cfg, dsts, srcs)
 	}
-	c.helpers.choice.record(n, shared, start, time.Now())
+	h.choice.record(n, shared, start, time.Now())
 }
 
 // copyEach copies the pieces of a CopyV on the caller alone.
-func (c *Copier) copyEach(dsts, srcs [][]byte) {
+func copyEach(cfg *Config, dsts, srcs [][]byte) {
 	for i, s := range srcs {
-		pieceCopy(dsts[i][:len(s)], s, c.cfg.PieceSize, uint64(len(s)) > c.cfg.HugeCopy/2)
+		pieceCopy(dsts[i][:len(s)], s, cfg.PieceSize, uint64(len(s)) > cfg.HugeCopy/2)
 	}
 }
 
@@ -459,21 +463,26 @@ type copyJob struct {
 	next, left atomic.Int64
 	done       chan struct{} // closed by whoever copies the last byte
 	vd, vs     [][]byte      // a vector job (CopyV): pieces claimed whole, by index
+	group      int64         // a vector job's pieces per claim
 }
 
-// workV copies whole pieces of a vector job until none is left.
+// workV copies whole pieces of a vector job until none is left, claiming them group pieces at
+// a time (a claim per piece would bounce the job's counters between the cores for every small
+// block of a KV batch).
 func (j *copyJob) workV() {
+	g := max(j.group, 1)
 	for {
-		i := j.next.Add(1) - 1
+		i := j.next.Add(g) - g
 		if i >= int64(len(j.vs)) {
 			return
 		}
-		n := len(j.vs[i])
-		if n == 0 {
-			continue // only the piece that takes left to 0 closes done
+		var n int64
+		for k := i; k < min(i+g, int64(len(j.vs))); k++ {
+			m := len(j.vs[k])
+			pieceCopy(j.vd[k][:m], j.vs[k], j.pieceMin, j.big)
+			n += int64(m)
 		}
-		pieceCopy(j.vd[i][:n], j.vs[i], j.pieceMin, j.big)
-		if j.left.Add(-int64(n)) == 0 {
+		if n > 0 && j.left.Add(-n) == 0 { // only the claim that takes left to 0 closes done
 			close(j.done)
 		}
 	}

@@ -470,6 +470,11 @@ func (ep *endpoint) rma(ctx context.Context, write bool, b []byte, remote transp
 	if err := ep.usable(ctx); err != nil {
 		return nil, err
 	}
+	return ep.rmaHeld(ctx, write, b, remote)
+}
+
+// rmaHeld is rma for a caller that holds ep.mu shared and checked the endpoint.
+func (ep *endpoint) rmaHeld(ctx context.Context, write bool, b []byte, remote transport.Remote) (*transport.Op, error) {
 	n := uint64(len(b))
 	if remote.Key == transport.DefaultRegion {
 		if err := buffer.CheckRange(ep.rsize, remote.Addr, n); err != nil {
@@ -735,4 +740,82 @@ func (ep *endpoint) pinForDevice(r *peerRegion, lp memory.Place) {
 		return
 	}
 	r.unpin = unpin
+}
+
+// WriteVAsync implements transport.VectorRMA: the pieces are copied into the target's mappings
+// as one vector copy (shared among the endpoint's copy goroutines when they add up to a parallel
+// copy's worth: a batch of blocks each too small to split), each region looked up and marked in
+// flight once for all its pieces. The Op is complete on return.
+func (ep *endpoint) WriteVAsync(ctx context.Context, srcs [][]byte, dsts []transport.Remote) (*transport.Op, error) {
+	return ep.rmaVector(ctx, true, srcs, dsts)
+}
+
+// ReadVAsync implements transport.VectorRMA, as WriteVAsync.
+func (ep *endpoint) ReadVAsync(ctx context.Context, dsts [][]byte, srcs []transport.Remote) (*transport.Op, error) {
+	return ep.rmaVector(ctx, false, dsts, srcs)
+}
+
+func (ep *endpoint) rmaVector(ctx context.Context, write bool, bufs [][]byte, remotes []transport.Remote) (*transport.Op, error) {
+	if len(bufs) != len(remotes) {
+		return nil, fmt.Errorf("shm: %d buffers for %d remote ranges: %w", len(bufs), len(remotes), status.ErrInvalidConfig)
+	}
+	ep.mu.RLock()
+	defer ep.mu.RUnlock()
+	if err := ep.usable(ctx); err != nil {
+		return nil, err
+	}
+	var entered []*peerRegion // every region entered for this vector, exited after the copy
+	defer func() {
+		for _, r := range entered {
+			exit(r)
+		}
+	}()
+	// find returns an entered region holding n bytes at rem, and the offset there.
+	find := func(rem transport.Remote, n uint64) (*peerRegion, uint64) {
+		for j := len(entered) - 1; j >= 0; j-- {
+			r := entered[j]
+			switch {
+			case rem.Key == 0 && rem.Addr >= r.addr && rem.Addr-r.addr <= r.size && n <= r.size-(rem.Addr-r.addr):
+				return r, rem.Addr - r.addr
+			case rem.Key != 0 && rem.Key == r.key && rem.Addr <= r.size && n <= r.size-rem.Addr:
+				return r, rem.Addr
+			}
+		}
+		return nil, 0
+	}
+	dsts := make([][]byte, 0, len(bufs))
+	srcs := make([][]byte, 0, len(bufs))
+	for i, b := range bufs {
+		n := uint64(len(b))
+		rem := remotes[i]
+		if n == 0 {
+			continue
+		}
+		r, off := (*peerRegion)(nil), uint64(0)
+		if rem.Key != transport.DefaultRegion {
+			if r, off = find(rem, n); r == nil {
+				var err error
+				if r, off, err = ep.enterResolved(ctx, rem, n); err != nil {
+					return nil, fmt.Errorf("shm: piece %d: %w", i, err)
+				}
+				entered = append(entered, r)
+			}
+		}
+		if r == nil || r.mem == nil || r.dev != 0 {
+			// The default region, device regions and regions reached by cross-memory attach:
+			// this piece on its own, as RMA moves it (ep.mu is held).
+			if _, err := ep.rmaHeld(ctx, write, b, rem); err != nil {
+				return nil, fmt.Errorf("shm: piece %d: %w", i, err)
+			}
+			continue
+		}
+		m := r.mem[off : off+n]
+		if write {
+			dsts, srcs = append(dsts, m), append(srcs, b)
+		} else {
+			dsts, srcs = append(dsts, b), append(srcs, m)
+		}
+	}
+	copyVWith(&ep.cfg, ep.helpers, dsts, srcs)
+	return transport.Succeeded(), nil
 }
