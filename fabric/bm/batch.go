@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -124,8 +126,8 @@ func (b *BigMemory) run(ctx context.Context, items []item) error {
 		groups[k] = append(groups[k], it)
 	}
 	type posted struct {
-		op *transport.Op
-		it item
+		op  *transport.Op
+		its []item // the elements the op carries (several: one vector)
 	}
 	var ops []posted
 	var errs []error
@@ -143,28 +145,68 @@ func (b *BigMemory) run(ctx context.Context, items []item) error {
 			continue
 		}
 		var rest []item
+		// One-sided elements on an endpoint that carries vectors (TCP) go as one vector per
+		// direction: a KV block's layers cost a message per megabyte, not a request each.
+		type vec struct {
+			v     transport.VectorRMA
+			bufs  [][]byte
+			rems  []transport.Remote
+			its   []item
+			write bool
+		}
+		var vecs []*vec
 		for _, it := range g {
-			op, err := b.postOne(ctx, it)
+			pl, err := b.plan(ctx, it)
 			switch {
 			case err != nil:
 				errs = append(errs, fmt.Errorf("element %d: %w", it.idx, err))
-			case op != nil:
-				ops = append(ops, posted{op, it})
-			default:
+			case pl.r == nil:
 				rest = append(rest, it)
+			case pl.v != nil && len(g) > 1:
+				var vc *vec
+				for _, c := range vecs {
+					if c.v == pl.v && c.write == pl.write {
+						vc = c
+					}
+				}
+				if vc == nil {
+					vc = &vec{v: pl.v, write: pl.write}
+					vecs = append(vecs, vc)
+				}
+				vc.bufs, vc.rems, vc.its = append(vc.bufs, pl.buf), append(vc.rems, pl.remote), append(vc.its, it)
+			default:
+				op, err := pl.post(ctx)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("element %d: %w", it.idx, err))
+					continue
+				}
+				ops = append(ops, posted{op, []item{it}})
 			}
+		}
+		for _, vc := range vecs {
+			post := vc.v.ReadVAsync
+			if vc.write {
+				post = vc.v.WriteVAsync
+			}
+			op, err := post(ctx, vc.bufs, vc.rems)
+			if err != nil {
+				op = transport.Failed(err)
+			}
+			ops = append(ops, posted{op, vc.its})
 		}
 		errs = append(errs, b.runRest(ctx, rest)...)
 	}
 	for _, p := range ops {
 		if err := p.op.Wait(ctx); err != nil {
 			if final(ctx, err) {
-				errs = append(errs, fmt.Errorf("element %d: %w", p.it.idx, err))
+				errs = append(errs, fmt.Errorf("elements %s: %w", indices(p.its), err))
 				continue
 			}
-			// The endpoint failed: the element goes again with the fallback transports.
-			if err := b.copyOne(ctx, p.it.s, p.it.d, p.it.n); err != nil {
-				errs = append(errs, fmt.Errorf("element %d: %w", p.it.idx, err))
+			// The endpoint failed: the elements go again with the fallback transports.
+			for _, it := range p.its {
+				if err := b.copyOne(ctx, it.s, it.d, it.n); err != nil {
+					errs = append(errs, fmt.Errorf("element %d: %w", it.idx, err))
+				}
 			}
 		}
 	}
@@ -262,10 +304,26 @@ func merge(g []item) []item {
 	return out
 }
 
-// postOne posts a one-sided transfer for an item between memory this process addresses and a
-// remote DRAM slice on the first transport that connects; nil Op (and nil error) when the
-// item takes another path.
-func (b *BigMemory) postOne(ctx context.Context, it item) (*transport.Op, error) {
+// planned is a one-sided element: its local bytes, the remote range and the endpoint (and
+// the endpoint as a VectorRMA when it is one).
+type planned struct {
+	r      transport.RMA
+	v      transport.VectorRMA
+	buf    []byte
+	remote transport.Remote
+	write  bool
+}
+
+func (p planned) post(ctx context.Context) (*transport.Op, error) {
+	if p.write {
+		return p.r.WriteAsync(ctx, p.buf, p.remote)
+	}
+	return p.r.ReadAsync(ctx, p.buf, p.remote)
+}
+
+// plan finds how element it goes one-sidedly: r is nil when it does not (a plain copy, or
+// one for copyOne).
+func (b *BigMemory) plan(ctx context.Context, it item) (planned, error) {
 	var remote end
 	var write bool
 	var localEnd end
@@ -275,31 +333,38 @@ func (b *BigMemory) postOne(ctx context.Context, it item) (*transport.Op, error)
 	case it.s.w == globalHost && it.s.rank != b.rank && it.d.w == localHost, it.s.w == globalHost && it.s.rank != b.rank && it.d.w == globalHost && it.d.rank == b.rank:
 		remote, localEnd = it.s, it.d
 	default:
-		return nil, nil
+		return planned{}, nil
 	}
 	m, err := b.member(remote.rank)
 	if err != nil {
-		return nil, err
+		return planned{}, err
 	}
 	m.mu.RLock()
 	mapped := m.mapd != nil
 	m.mu.RUnlock()
 	if mapped {
-		return nil, nil // a plain copy
+		return planned{}, nil // a plain copy
 	}
 	buf, _, _, err := b.hostView(localEnd, it.n)
 	if err != nil {
-		return nil, err
+		return planned{}, err
 	}
 	ep, _, err := b.mesh.First(ctx, remote.rank, m.kinds)
 	if err != nil {
-		return nil, nil // no endpoint: copyOne reports why
+		return planned{}, nil // no endpoint: copyOne reports why
 	}
-	r := ep.(transport.RMA)
-	if write {
-		return r.WriteAsync(ctx, buf, transport.Remote{Addr: remote.addr})
+	pl := planned{r: ep.(transport.RMA), buf: buf, remote: transport.Remote{Addr: remote.addr}, write: write}
+	pl.v, _ = ep.(transport.VectorRMA)
+	return pl, nil
+}
+
+// indices names elements by their batch indices ("3" or "3, 5, 8").
+func indices(its []item) string {
+	s := make([]string, len(its))
+	for i, it := range its {
+		s[i] = strconv.Itoa(it.idx)
 	}
-	return r.ReadAsync(ctx, buf, transport.Remote{Addr: remote.addr})
+	return strings.Join(s, ", ")
 }
 
 // Wait waits for every ASYNC copy issued so far and returns the first error among them

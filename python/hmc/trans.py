@@ -21,6 +21,7 @@ may import this module and then fork workers. A child forked after the library l
 ``hmc.ForkError`` from every call.
 """
 
+import array
 import bisect
 import ctypes
 import glob
@@ -142,7 +143,44 @@ def _list(name, vals):
 
 
 def _arr(vals):
+    """A uint64* for the library: the array's own memory (array.array('Q') or a NumPy uint64
+    array: no copy), else a ctypes array of vals."""
+    if isinstance(vals, array.array):
+        return ctypes.cast(vals.buffer_info()[0], _PU64) if len(vals) else None
+    if type(vals).__module__ == "numpy":
+        return vals.ctypes.data_as(_PU64) if len(vals) else None
     return (ctypes.c_uint64 * len(vals))(*vals)
+
+
+_PU64 = ctypes.POINTER(ctypes.c_uint64)
+
+
+def _vmax(a):
+    return int(a.max()) if type(a).__module__ == "numpy" else max(a)
+
+
+def _vsum(a):
+    return int(a.sum()) if type(a).__module__ == "numpy" else sum(a)
+
+
+def _vec(name, vals, conv=None):
+    """vals as a contiguous array of uint64 in one pass: array.array('Q') of a list (its C loop
+    checks every entry's type and range), a NumPy array of an integer dtype as uint64 (no copy
+    for uint64; negatives refused). An entry it refuses, or one that needs conv (a tensor as an
+    address), goes through the per-entry checker, which names it."""
+    if type(vals).__module__ == "numpy" and getattr(vals, "dtype", None) is not None and vals.dtype.kind in "iu":
+        import numpy as np
+        if vals.ndim != 1:
+            raise ValueError(f"{name} must be one-dimensional, not of shape {vals.shape}")
+        if vals.dtype.kind == "i" and len(vals) and vals.min() < 0:
+            i = int(np.argmax(vals < 0))
+            raise ValueError(f"{name}[{i}] must be in 0..{_U64 - 1}, got {int(vals[i])}")
+        return np.ascontiguousarray(vals, dtype=np.uint64)
+    _seq(name, vals)
+    try:
+        return array.array("Q", vals)
+    except (TypeError, OverflowError):
+        return array.array("Q", _u64s(name, vals, conv))
 
 
 class _Mismatch(ValueError):
@@ -157,10 +195,10 @@ def _batch(buffers, peer_buffer_addresses, lengths):
     if not (len(buffers) == len(peer_buffer_addresses) == len(lengths)):
         raise _Mismatch(f"buffers, peer_buffer_addresses and lengths have different lengths "
                         f"({len(buffers)}, {len(peer_buffer_addresses)}, {len(lengths)})")
-    locs = _u64s("buffers", buffers, _addr)
-    rems = _u64s("peer_buffer_addresses", peer_buffer_addresses)
-    lens = _u64s("lengths", lengths)
-    if lens and max(lens) + max(max(locs), max(rems)) > _U64 - 1:
+    locs = _vec("buffers", buffers, _addr)
+    rems = _vec("peer_buffer_addresses", peer_buffer_addresses)
+    lens = _vec("lengths", lengths)
+    if len(lens) and _vmax(lens) + max(_vmax(locs), _vmax(rems)) > _U64 - 1:
         for i, (a, r, n) in enumerate(zip(locs, rems, lens)):
             if a + n > _U64 - 1 or r + n > _U64 - 1:
                 raise ValueError(f"entry {i}: {n} bytes at {a:#x} (local) / {r:#x} (peer) run past the address space")
@@ -600,11 +638,11 @@ class TransferEngine:
             return -1
         if not self._ready(what):
             return -1
-        if not lens:
+        if not len(lens):
             self.last_error = ""
             return 0
         rc = _L.hmc_trans_transfer(self._h, _b(target), int(op), _arr(locs), _arr(rems), _arr(lens), len(lens), None,
-                                   self.timeout_ms + sum(lens) // (1 << 20))  # Mooncake adds 1 ms per MiB
+                                   self.timeout_ms + _vsum(lens) // (1 << 20))  # Mooncake adds 1 ms per MiB
         if self._rc(rc, what) != 0:
             return -1
         if notify is not None:
@@ -622,7 +660,7 @@ class TransferEngine:
             return 0
         if not self._ready(what):
             return 0
-        if not lens:
+        if not len(lens):
             self.last_error = f"{what}: an empty batch"
             return 0
         out = ctypes.c_uint64()
@@ -716,7 +754,7 @@ class TransferEngine:
         locs, _, _ = _batch(buffers, peers, lengths)
         if not self._ready(what):
             raise RuntimeError(f"{what}: {self.last_error}")
-        if _L.hmc_stream_sync(s, locs[0] if locs else 0) != 0:
+        if _L.hmc_stream_sync(s, int(locs[0]) if len(locs) else 0) != 0:
             msg = _L.hmc_last_error()
             raise RuntimeError(f"{what}: waiting for stream {s:#x}: {msg.decode() if msg else 'failed'}")
         if self._sync(what, target, op, buffers, peers, lengths) != 0:
