@@ -113,44 +113,68 @@ func requests(op Opcode, locals, remotes, sizes []uint64) ([]Request, error) {
 }
 
 // Transfer runs reqs to peer and returns when all are complete; notify, if set, is delivered to
-// the peer after them.
+// the peer after them. The caller's goroutine waits for the requests itself (no goroutine per
+// batch, no wake-up from one: from C and Python, whose threads call in, that hand-off cost more
+// than a shared-memory batch).
 func (e *Engine) Transfer(ctx context.Context, peer string, reqs []Request, notify *Notify) error {
-	b, err := e.Submit(ctx, peer, reqs, notify)
+	p, ops, kind, ep, err := e.start(ctx, peer, reqs)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := e.bound(ctx)
+	defer e.wg.Done()
+	wctx, cancel := e.bound(ctx)
 	defer cancel()
-	if err := b.Wait(ctx); err != nil {
-		if b.Status() == Pending { // the wait ended, not the batch: say which batch
-			return fmt.Errorf("trans: batch of %d requests to %s: %w", len(reqs), peer, err)
-		}
-		return err
+	bctx, bcancel := context.WithTimeout(wctx, e.cfg.Timeout)
+	defer bcancel()
+	_, err = e.finish(bctx, peer, p, ops, kind, ep, notify)
+	if err != nil && status.FromContext(wctx) != nil && errors.Is(err, status.ErrTimeout) {
+		return fmt.Errorf("trans: batch of %d requests to %s: %w", len(reqs), peer, err)
 	}
-	return nil
+	return err
 }
 
 // Submit starts reqs to peer and returns at once (Mooncake's submitTransfer, with notify its
 // submitTransferWithNotify). Requests are checked first (nothing moves if one is bad); the
 // batch times out after Config.Timeout.
 func (e *Engine) Submit(ctx context.Context, peerID string, reqs []Request, notify *Notify) (*Batch, error) {
+	p, ops, kind, ep, err := e.start(ctx, peerID, reqs)
+	if err != nil {
+		return nil, err
+	}
+	b := &Batch{done: make(chan struct{})}
+	b.state.Store(int32(Pending))
+	go func() { // owned by e: Close waits for it
+		defer e.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+		defer cancel()
+		st, err := e.finish(ctx, peerID, p, ops, kind, ep, notify)
+		b.err = err
+		b.state.Store(int32(st))
+		close(b.done)
+	}()
+	return b, nil
+}
+
+// start checks reqs and posts them to peer; on success the engine's WaitGroup counts the batch
+// (the caller calls e.wg.Done once it has finished).
+func (e *Engine) start(ctx context.Context, peerID string, reqs []Request) (*peer, []*transport.Op, transport.ConnType, transport.Endpoint, error) {
 	if e.cfg.Role == Receiver {
-		return nil, fmt.Errorf("trans: a receiver does not initiate transfers: %w", status.ErrInvalidConfig)
+		return nil, nil, -1, nil, fmt.Errorf("trans: a receiver does not initiate transfers: %w", status.ErrInvalidConfig)
 	}
 	if len(reqs) == 0 || len(reqs) > MaxBatch {
-		return nil, fmt.Errorf("trans: batch of %d requests: %w", len(reqs), status.ErrInvalidConfig)
+		return nil, nil, -1, nil, fmt.Errorf("trans: batch of %d requests: %w", len(reqs), status.ErrInvalidConfig)
 	}
 	for i, r := range reqs {
 		if (r.Op != Read && r.Op != Write) || r.Local == 0 || r.Remote == 0 || r.Size == 0 || r.Local+r.Size < r.Local || r.Remote+r.Size < r.Remote {
-			return nil, fmt.Errorf("trans: request %d (op %d, %d bytes %#x <-> %#x): %w", i, r.Op, r.Size, r.Local, r.Remote, status.ErrInvalidConfig)
+			return nil, nil, -1, nil, fmt.Errorf("trans: request %d (op %d, %d bytes %#x <-> %#x): %w", i, r.Op, r.Size, r.Local, r.Remote, status.ErrInvalidConfig)
 		}
 	}
-	var places []memory.Place   // each request's local place; nil: all host memory
+	var places []memory.Place // each request's local place; nil: all host memory
 	if memory.MayHoldDevice() { // one look per batch; each local buffer only where device memory can exist
 		for i, r := range reqs {
 			pl, err := memory.LocateRange(memory.Ptr(r.Local), r.Size)
 			if err != nil {
-				return nil, fmt.Errorf("trans: request %d's local buffer: %w", i, err)
+				return nil, nil, -1, nil, fmt.Errorf("trans: request %d's local buffer: %w", i, err)
 			}
 			if pl.OnDevice() && places == nil {
 				places = make([]memory.Place, len(reqs))
@@ -165,65 +189,62 @@ func (e *Engine) Submit(ctx context.Context, peerID string, reqs []Request, noti
 	}
 	p, err := e.peer(ctx, peerID)
 	if err != nil {
-		return nil, err
+		return nil, nil, -1, nil, err
 	}
 	if places == nil {
 		reqs = mergeRequests(reqs) // device requests stay apart: neighbouring allocations are not one
 	}
-	b := &Batch{done: make(chan struct{})}
-	b.state.Store(int32(Pending))
-	ops, kind, ep, err := e.post(ctx, p, reqs, places)
-	if err != nil {
-		e.dropIfGone(p, err)
-		return nil, err
-	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		return nil, fmt.Errorf("trans: %w", status.ErrClosed)
+		return nil, nil, -1, nil, fmt.Errorf("trans: %w", status.ErrClosed)
 	}
 	e.wg.Add(1)
 	e.mu.Unlock()
-	go func() { // owned by e: Close waits for it
-		defer e.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
-		defer cancel()
-		var errs []error
-		for _, op := range ops {
-			if err := op.Wait(ctx); err != nil {
-				errs = append(errs, err)
-				if status.FromContext(ctx) != nil {
-					break
-				}
+	ops, kind, ep, err := e.post(ctx, p, reqs, places)
+	if err != nil {
+		e.wg.Done()
+		e.dropIfGone(p, err)
+		return nil, nil, -1, nil, err
+	}
+	return p, ops, kind, ep, nil
+}
+
+// finish waits for a batch's ops within ctx, delivers notify after them, and returns the
+// batch's final state and error (a failed endpoint is dropped from the mesh).
+func (e *Engine) finish(ctx context.Context, peerID string, p *peer, ops []*transport.Op, kind transport.ConnType, ep transport.Endpoint, notify *Notify) (Status, error) {
+	var errs []error
+	for _, op := range ops {
+		if err := op.Wait(ctx); err != nil {
+			errs = append(errs, err)
+			if status.FromContext(ctx) != nil {
+				break
 			}
 		}
-		err := errors.Join(errs...)
-		if err == nil && notify != nil {
-			n := *notify
-			if n.Name == "" {
-				n.Name = e.id
-			}
-			err = e.call(ctx, peerID, "notify", []Notify{n}, nil)
+	}
+	err := errors.Join(errs...)
+	if err == nil && notify != nil {
+		n := *notify
+		if n.Name == "" {
+			n.Name = e.id
 		}
-		st := Completed
-		switch {
-		case err != nil && errors.Is(err, status.ErrTimeout):
-			st = Timeout
-		case err != nil:
-			st = Failed
-			if kind >= 0 && !errors.Is(err, status.ErrOutOfRange) && !errors.Is(err, status.ErrNotFound) {
-				e.mesh.Drop(p.id, kind, ep)
-				e.dropIfGone(p, err)
-			}
+		err = e.call(ctx, peerID, "notify", []Notify{n}, nil)
+	}
+	st := Completed
+	switch {
+	case err != nil && errors.Is(err, status.ErrTimeout):
+		st = Timeout
+	case err != nil:
+		st = Failed
+		if kind >= 0 && !errors.Is(err, status.ErrOutOfRange) && !errors.Is(err, status.ErrNotFound) {
+			e.mesh.Drop(p.id, kind, ep)
+			e.dropIfGone(p, err)
 		}
-		if err != nil {
-			err = fmt.Errorf("trans: to %s: %w", peerID, err)
-		}
-		b.err = err
-		b.state.Store(int32(st))
-		close(b.done)
-	}()
-	return b, nil
+	}
+	if err != nil {
+		err = fmt.Errorf("trans: to %s: %w", peerID, err)
+	}
+	return st, err
 }
 
 // dropIfGone forgets a peer after an error that says its process is gone, so its restart is

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# KV-shaped transfers against their peers in one run, interleaved (issue 34): one-thread batches
+# of 512 non-adjacent blocks (`hmc trans bench --pattern scattered`) of 4, 16 and 64 KiB over tcp
+# beside `hmc bench --transport tcp` put at 4 MiB, and the same batches over shm beside one
+# contiguous transfer of the same bytes (the row's own --contiguous-peer), plus the KV layout
+# (61 layers x K and V blocks of 16 and 128 KiB) on both. Medians of R rounds.
+# Usage: bench/compare-kv.sh [repeats] [busy]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/compare-lib.sh "$@"
+declare -A v
+for i in $(seq "$R"); do
+  v[put]+="$("$tmp/hmc" bench --transport tcp --op put --sizes 4MiB --duration 3s --json | field put '' gbps) "
+  for t in tcp shm; do
+    out=$("$tmp/hmc" trans bench --protocol $t --threads 1 --batch-size 512 --block-size 4KiB,16KiB,64KiB --duration 2s --json)
+    for s in 4096 16384 65536; do
+      v[sc_${t}_$s]+="$(echo "$out" | field write $s gbps) "
+      v[scr_${t}_$s]+="$(echo "$out" | field write $s ratio) "
+    done
+    out=$("$tmp/hmc" trans bench --protocol $t --pattern kv --block-size 16KiB,128KiB --duration 2s --json)
+    for s in 16384 131072; do
+      v[kv_${t}_$s]+="$(echo "$out" | field write $s gbps) "
+      v[kvr_${t}_$s]+="$(echo "$out" | field write $s ratio) "
+    done
+  done
+done
+med() { echo ${v[$1]} | tr ' ' '\n' | median | xargs printf '%.2f'; }
+put=$(med put)
+echo "tcp put 4MiB GB/s median $put"
+for t in tcp shm; do
+  for s in 4096 16384 65536; do
+    g=$(med sc_${t}_$s)
+    echo "$t scattered 512 x $((s / 1024)) KiB: GB/s $g; /contiguous same bytes $(med scr_${t}_$s); /tcp put 4MiB $(python3 -c "print('%.2f' % ($g/$put))")"
+  done
+  for s in 16384 131072; do
+    echo "$t kv 61 x 2 x $((s / 1024)) KiB: GB/s $(med kv_${t}_$s); /contiguous same bytes $(med kvr_${t}_$s)"
+  done
+done
