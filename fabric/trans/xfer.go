@@ -169,7 +169,7 @@ func (e *Engine) start(ctx context.Context, peerID string, reqs []Request) (*pee
 			return nil, nil, -1, nil, fmt.Errorf("trans: request %d (op %d, %d bytes %#x <-> %#x): %w", i, r.Op, r.Size, r.Local, r.Remote, status.ErrInvalidConfig)
 		}
 	}
-	var places []memory.Place // each request's local place; nil: all host memory
+	var places []memory.Place   // each request's local place; nil: all host memory
 	if memory.MayHoldDevice() { // one look per batch; each local buffer only where device memory can exist
 		for i, r := range reqs {
 			pl, err := memory.LocateRange(memory.Ptr(r.Local), r.Size)
