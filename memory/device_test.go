@@ -12,25 +12,11 @@ import (
 	"github.com/hmc-go/hmc/status"
 )
 
-// deviceMemory returns a Memory of the first GPU, the emulation's where none is present.
-func deviceMemory(t *testing.T) *Memory {
-	t.Helper()
-	if Probe(NvidiaGPU) != nil {
-		emulateGPU(t)
-	}
-	m, err := New(0, NvidiaGPU)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close() })
-	return m
-}
-
 // Copy moves bytes between host and device memory in every direction, from the addresses
 // alone; device memory is located as such, and an emulated device address is not host memory
 // (the host cannot read it: only copies reach its bytes).
 func TestCopyEveryDirection(t *testing.T) {
-	m := deviceMemory(t)
+	m := nvidiaOrEmulated(t)
 	const n = 1 << 20
 	a, err := m.Alloc(n)
 	if err != nil {
@@ -81,7 +67,7 @@ func TestIPCTwoProcesses(t *testing.T) {
 	if os.Getenv(childEnv) != "" {
 		return // the child runs TestIPCChild only
 	}
-	m := deviceMemory(t)
+	m := nvidiaOrEmulated(t)
 	const n = 3 << 20
 	buf, err := m.Alloc(n)
 	if err != nil {
@@ -167,7 +153,7 @@ func TestIPCChild(t *testing.T) {
 // Work queued on a stream is not seen by a copy that does not wait for it, and is after
 // SyncStream: the ordering the transfer faces document.
 func TestStreamOrdering(t *testing.T) {
-	m := deviceMemory(t)
+	m := nvidiaOrEmulated(t)
 	const n = 64 << 10
 	b, err := m.Alloc(n)
 	if err != nil {

@@ -386,14 +386,9 @@ func (l *lane) post(ctx context.Context, r request, span []byte, devOff uint64, 
 	default:
 		out.payload = span
 	}
-	l.mu.Lock()
-	if l.pending == nil {
-		err := l.err
-		l.mu.Unlock()
+	if err := l.addPending(r.id, p); err != nil {
 		return err
 	}
-	l.pending[r.id] = p
-	l.mu.Unlock()
 	// A small request is written by the caller itself when the writer goroutine has nothing
 	// queued: no hand-off on the latency path (a ping-pong posts its next put before the
 	// previous one's ack is read). The write must not block (with requests in flight to a peer
@@ -424,6 +419,17 @@ func (l *lane) post(ctx context.Context, r request, span []byte, devOff uint64, 
 	}
 	l.queued.Add(1)
 	l.wq <- out // never blocks: we hold one of MaxInflight slots and wq has MaxInflight places
+	return nil
+}
+
+// addPending records request id's completion, or returns why the lane failed.
+func (l *lane) addPending(id uint64, p pend) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pending == nil {
+		return l.err
+	}
+	l.pending[id] = p
 	return nil
 }
 
@@ -459,14 +465,9 @@ func (l *lane) postVector(ctx context.Context, r request, table []byte, pieces [
 	} else {
 		out.pieces = pieces
 	}
-	l.mu.Lock()
-	if l.pending == nil {
-		err := l.err
-		l.mu.Unlock()
+	if err := l.addPending(r.id, p); err != nil {
 		return err
 	}
-	l.pending[r.id] = p
-	l.mu.Unlock()
 	l.queued.Add(1)
 	l.wq <- out // never blocks: we hold one of MaxInflight slots and wq has MaxInflight places
 	return nil
