@@ -271,13 +271,21 @@ func (e *Engine) post(ctx context.Context, p *peer, reqs []Request, places []mem
 		return nil, -1, nil, fmt.Errorf("trans: no transport reaches %s: %w", p.uid, err)
 	}
 	r := ep.(transport.RMA)
-	ops := make([]*transport.Op, 0, len(reqs))
-	// An endpoint that carries many pieces per message (TCP) gets the batch's host requests as
-	// two vectors, one per direction: a KV cache's scattered blocks then cost a message per
-	// megabyte, not a request, a wake-up and an ack each.
+	// An endpoint that carries many pieces per message (TCP, shm) gets the batch's host requests
+	// as two vectors, one per direction: a KV cache's scattered blocks then cost a message per
+	// megabyte (TCP) or one vector copy (shm), not a request, a wake-up and an ack each.
 	vr, vector := ep.(transport.VectorRMA)
+	vector = vector && len(reqs) > 1
+	var ops []*transport.Op
 	var wsrc, rdst [][]byte
 	var wrem, rrem []transport.Remote
+	if !vector {
+		ops = make([]*transport.Op, 0, len(reqs))
+	} else if reqs[0].Op == Write {
+		wsrc, wrem = make([][]byte, 0, len(reqs)), make([]transport.Remote, 0, len(reqs))
+	} else {
+		rdst, rrem = make([][]byte, 0, len(reqs)), make([]transport.Remote, 0, len(reqs))
+	}
 	for i, q := range reqs {
 		if places != nil && places[i].OnDevice() {
 			ops = append(ops, e.postDevice(ctx, r, q, places[i]))
@@ -285,7 +293,7 @@ func (e *Engine) post(ctx context.Context, p *peer, reqs []Request, places []mem
 		}
 		local := memory.HostSlice(memory.Ptr(q.Local), q.Size)
 		remote := transport.Remote{Addr: q.Remote}
-		if vector && len(reqs) > 1 {
+		if vector {
 			if q.Op == Write {
 				wsrc, wrem = append(wsrc, local), append(wrem, remote)
 			} else {
@@ -377,6 +385,16 @@ func (e *Engine) ring(pl memory.Place) (*transport.HostRing, error) {
 // mergeRequests joins neighbours of the same direction whose local and remote ranges are both
 // contiguous.
 func mergeRequests(reqs []Request) []Request {
+	// A KV batch's blocks are scattered: most batches have nothing to merge, and then the
+	// caller's slice is used as it is (no copy per batch).
+	merges := false
+	for i := 1; i < len(reqs) && !merges; i++ {
+		l, r := reqs[i-1], reqs[i]
+		merges = l.Op == r.Op && l.Local+l.Size == r.Local && l.Remote+l.Size == r.Remote
+	}
+	if !merges {
+		return reqs
+	}
 	out := make([]Request, 0, len(reqs))
 	for _, r := range reqs {
 		if n := len(out); n > 0 {
