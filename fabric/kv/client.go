@@ -1,0 +1,309 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/hmc-go/hmc/fabric/internal/rpc"
+	"github.com/hmc-go/hmc/fabric/trans"
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+// ClientConfig configures a pool client.
+type ClientConfig struct {
+	// Master is the master's address ("ip:port").
+	Master string
+	// UniqueID is this client's transfer engine id ("ip:port"; port 0 picks one): peers move
+	// bytes to and from its segment through it.
+	UniqueID string
+	// Metadata is the transfer engine's metadata URL (default trans.P2P).
+	Metadata string
+	// SegmentSize is the memory this client lends to the pool (0: none, a client that only
+	// puts and gets).
+	SegmentSize uint64
+	// Kinds are the transports, in order (default: the transfer engine's).
+	Kinds []transport.ConnType
+	// Heartbeat is how often the client tells the master it lives (default 2 s; the master
+	// drops a client silent for its ClientTTL).
+	Heartbeat time.Duration
+	// Timeout bounds each call to the master and each transfer (default 10 s).
+	Timeout time.Duration
+	// Secret, when set, is proved to the master and to peers.
+	Secret []byte
+}
+
+// Client puts and gets objects of the pool, moving their bytes itself with its transfer
+// engine. Its methods are safe for concurrent use.
+type Client struct {
+	cfg     ClientConfig
+	e       *trans.Engine
+	rpc     *rpc.Client
+	id      string // the engine's unique id: the client's name at the master
+	segment string // the segment it lends, "" for none
+	segMem  []byte // its memory
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	once    sync.Once
+}
+
+// NewClient starts a client: its transfer engine, its segment (mounted at the master) and
+// its heartbeat.
+func NewClient(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
+	if cfg.Master == "" {
+		return nil, fail(InvalidParams, "no master address")
+	}
+	if cfg.Metadata == "" {
+		cfg.Metadata = trans.P2P
+	}
+	if cfg.UniqueID == "" {
+		cfg.UniqueID = "127.0.0.1:0"
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 2 * time.Second
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	tc := trans.DefaultConfig()
+	tc.UniqueID, tc.Timeout, tc.Secret = cfg.UniqueID, cfg.Timeout, cfg.Secret
+	if cfg.Kinds != nil {
+		tc.Kinds = cfg.Kinds
+	}
+	e, err := trans.Create(ctx, cfg.Metadata, tc)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, e: e, id: e.UniqueID(), rpc: rpc.NewClient(cfg.Timeout, cfg.Secret), stop: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			c.rpc.Close()
+			_ = e.Close()
+		}
+	}()
+	if cfg.SegmentSize > 0 {
+		base, err := e.Malloc(cfg.SegmentSize)
+		if err != nil {
+			return nil, err
+		}
+		c.segment, c.segMem = c.id, memory.HostSlice(memory.Ptr(base), cfg.SegmentSize)
+		if _, err := c.call(ctx, "mount", call{Segment: Segment{Name: c.segment, Base: base, Size: cfg.SegmentSize}}); err != nil {
+			return nil, err
+		}
+	} else if _, err := c.call(ctx, "heartbeat", call{}); err != nil {
+		return nil, err
+	}
+	c.wg.Add(1)
+	go c.heartbeat() // owned by c: Close stops it
+	return c, nil
+}
+
+// ID is the client's name at the master (its transfer engine's unique id).
+func (c *Client) ID() string { return c.id }
+
+func (c *Client) heartbeat() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
+			_, _ = c.call(ctx, "heartbeat", call{}) // a missed beat is retried at the next tick
+			cancel()
+		}
+	}
+}
+
+// call asks the master; a reply's code other than OK is the error.
+func (c *Client) call(ctx context.Context, method string, q call) (reply, error) {
+	q.Client = c.id
+	var r reply
+	if err := c.rpc.Call(ctx, c.cfg.Master, method, q, &r); err != nil {
+		return r, &Error{Code: RPCFail, Msg: fmt.Sprintf("%s at master %s: %v", method, c.cfg.Master, err)}
+	}
+	if r.Code != OK {
+		return r, &Error{Code: r.Code, Msg: r.Msg}
+	}
+	return r, nil
+}
+
+// Put stores value under key in replicas replicas (at least 1): the master places them (this
+// client's own segment first), this client writes every replica, and the object becomes
+// visible when all are written. A key that exists is refused (ObjectAlreadyExists).
+func (c *Client) Put(ctx context.Context, key string, value []byte, replicas int) error {
+	if len(value) == 0 {
+		return fail(InvalidParams, "put of %q: an empty value", key)
+	}
+	replicas = max(replicas, 1)
+	r, err := c.call(ctx, "put_start", call{Key: key, Size: uint64(len(value)), Replicas: replicas, Prefer: c.segment})
+	if err != nil {
+		return err
+	}
+	if err := c.write(ctx, r.Buffers, value); err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Timeout)
+		_, _ = c.call(rctx, "put_revoke", call{Key: key}) // its space back; the put failed either way
+		cancel()
+		return &Error{Code: TransferFail, Msg: fmt.Sprintf("put of %q: %v", key, err)}
+	}
+	_, err = c.call(ctx, "put_end", call{Key: key})
+	return err
+}
+
+// write copies value into every replica buffer: its own segment's by a copy, the others by
+// the transfer engine.
+func (c *Client) write(ctx context.Context, bufs []Buffer, value []byte) error {
+	defer runtime.KeepAlive(value)
+	for _, b := range bufs {
+		if b.Size != uint64(len(value)) {
+			return fmt.Errorf("replica of %d bytes for %d: %w", b.Size, len(value), status.ErrProtocol)
+		}
+		if b.Client == c.id {
+			dst, err := c.own(b)
+			if err != nil {
+				return err
+			}
+			copy(dst, value)
+			continue
+		}
+		if err := c.e.Write(ctx, b.Client, memory.AddrOf(value), b.Addr, b.Size); err != nil {
+			return fmt.Errorf("replica at %s: %w", b.Client, err)
+		}
+	}
+	return nil
+}
+
+// own is a replica buffer in this client's segment, as bytes.
+func (c *Client) own(b Buffer) ([]byte, error) {
+	base := memory.AddrOf(c.segMem)
+	if b.Segment != c.segment || b.Addr < base || b.Addr+b.Size > base+uint64(len(c.segMem)) {
+		return nil, fmt.Errorf("replica [%#x, +%d) is not in this client's segment: %w", b.Addr, b.Size, status.ErrProtocol)
+	}
+	return c.segMem[b.Addr-base : b.Addr-base+b.Size], nil
+}
+
+// Get returns a copy of key's value.
+func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
+	n, err := c.Size(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, n)
+	m, err := c.GetInto(ctx, key, buf)
+	return buf[:m], err
+}
+
+// GetInto reads key's value into dst and returns its length (BufferOverflow when dst is
+// shorter). It reads a replica in this client's own segment if there is one, else the others
+// in turn until one answers; the value is returned only if the read ended within the lease the
+// master granted (else LeaseExpired: the space may have been reused since, and the bytes are not
+// trusted).
+func (c *Client) GetInto(ctx context.Context, key string, dst []byte) (int, error) {
+	r, err := c.call(ctx, "get", call{Key: key})
+	if err != nil {
+		return 0, err
+	}
+	if len(r.Buffers) == 0 {
+		return 0, fail(ObjectNotFound, "%q has no replica", key)
+	}
+	size := r.Buffers[0].Size
+	if uint64(len(dst)) < size {
+		return 0, fail(BufferOverflow, "%q is %d bytes, the buffer %d", key, size, len(dst))
+	}
+	var errs []error
+	read := false
+	for _, b := range ordered(r.Buffers, c.id) {
+		if b.Client == c.id {
+			src, err := c.own(b)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			copy(dst, src)
+			read = true
+			break
+		}
+		err := c.e.Read(ctx, b.Client, memory.AddrOf(dst), b.Addr, b.Size)
+		runtime.KeepAlive(dst)
+		if err == nil {
+			read = true
+			break
+		}
+		errs = append(errs, fmt.Errorf("replica at %s: %w", b.Client, err))
+	}
+	if !read {
+		return 0, &Error{Code: TransferFail, Msg: fmt.Sprintf("get of %q: %v", key, errors.Join(errs...))}
+	}
+	if time.Now().After(r.Lease) {
+		return 0, fail(LeaseExpired, "get of %q: the read ended after the lease (%v)", key, r.Lease)
+	}
+	return int(size), nil
+}
+
+// ordered puts the replica in client self's segment first.
+func ordered(bufs []Buffer, self string) []Buffer {
+	out := make([]Buffer, 0, len(bufs))
+	for _, b := range bufs {
+		if b.Client == self {
+			out = append(out, b)
+		}
+	}
+	for _, b := range bufs {
+		if b.Client != self {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// Exist says whether key names a complete object.
+func (c *Client) Exist(ctx context.Context, key string) (bool, error) {
+	r, err := c.call(ctx, "exist", call{Key: key})
+	return r.Yes, err
+}
+
+// Size is key's value's size.
+func (c *Client) Size(ctx context.Context, key string) (uint64, error) {
+	r, err := c.call(ctx, "size", call{Key: key})
+	return r.N, err
+}
+
+// Remove deletes key (ObjectHasLease while a get's lease lasts).
+func (c *Client) Remove(ctx context.Context, key string) error {
+	_, err := c.call(ctx, "remove", call{Key: key})
+	return err
+}
+
+// RemoveByRegex deletes every unleased object whose key matches pattern and returns how many.
+func (c *Client) RemoveByRegex(ctx context.Context, pattern string) (int, error) {
+	r, err := c.call(ctx, "remove_regex", call{Pattern: pattern})
+	return int(r.N), err
+}
+
+// RemoveAll deletes every unleased object and returns how many.
+func (c *Client) RemoveAll(ctx context.Context) (int, error) {
+	r, err := c.call(ctx, "remove_all", call{})
+	return int(r.N), err
+}
+
+// Close leaves the pool (its segment and the objects only it held go) and stops the client.
+func (c *Client) Close() error {
+	var err error
+	c.once.Do(func() {
+		close(c.stop)
+		c.wg.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
+		_, lerr := c.call(ctx, "leave", call{})
+		cancel()
+		c.rpc.Close()
+		err = errors.Join(lerr, c.e.Close())
+	})
+	return err
+}

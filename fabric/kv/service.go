@@ -1,0 +1,179 @@
+package kv
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hmc-go/hmc/fabric/internal/rpc"
+	"github.com/hmc-go/hmc/status"
+)
+
+// ServerConfig configures the master's service.
+type ServerConfig struct {
+	// Addr is where clients reach the master ("ip:port"; port 0 picks one).
+	Addr string
+	// ClientTTL is how long a client may go without a heartbeat before the master counts it
+	// dead and drops its segments (default 10 s; clients beat every ClientTTL/4).
+	ClientTTL time.Duration
+	// Timeout bounds each request (default 10 s).
+	Timeout time.Duration
+	// Secret, when set, admits only clients that prove it.
+	Secret []byte
+}
+
+// Server serves a Master to clients over the fabric's request channel.
+type Server struct {
+	m    *Master
+	cfg  ServerConfig
+	srv  *rpc.Server
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu    sync.Mutex
+	beats map[string]time.Time // client -> last heartbeat; guarded by mu
+}
+
+// Serve starts serving m.
+func Serve(m *Master, cfg ServerConfig) (*Server, error) {
+	if cfg.ClientTTL <= 0 {
+		cfg.ClientTTL = 10 * time.Second
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	s := &Server{m: m, cfg: cfg, stop: make(chan struct{}), beats: map[string]time.Time{}}
+	srv, err := rpc.Listen(cfg.Addr, s.handle, cfg.Timeout, cfg.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("kv: master: %w", err)
+	}
+	s.srv = srv
+	s.wg.Add(1)
+	go s.reap() // owned by s: Close stops it
+	return s, nil
+}
+
+// Addr is the address clients dial.
+func (s *Server) Addr() string { return s.srv.Addr() }
+
+// Close stops serving.
+func (s *Server) Close() error {
+	close(s.stop)
+	s.wg.Wait()
+	return s.srv.Close()
+}
+
+// reap counts clients without a heartbeat for ClientTTL dead: their segments leave the pool.
+func (s *Server) reap() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.ClientTTL / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			var dead []string
+			for c, at := range s.beats {
+				if now.Sub(at) > s.cfg.ClientTTL {
+					dead = append(dead, c)
+					delete(s.beats, c)
+				}
+			}
+			s.mu.Unlock()
+			for _, c := range dead {
+				s.m.ClientDown(c)
+			}
+		}
+	}
+}
+
+func (s *Server) beat(client string) {
+	s.mu.Lock()
+	s.beats[client] = time.Now()
+	s.mu.Unlock()
+}
+
+// call is one request's body: the fields each method uses.
+type call struct {
+	Client   string  `json:"client,omitempty"`
+	Key      string  `json:"key,omitempty"`
+	Size     uint64  `json:"size,omitempty"`
+	Replicas int     `json:"replicas,omitempty"`
+	Prefer   string  `json:"prefer,omitempty"`
+	Segment  Segment `json:"segment"`
+	Pattern  string  `json:"pattern,omitempty"`
+}
+
+// reply is every answer: Mooncake's code and what was wrong, and the method's results.
+type reply struct {
+	Code    Code      `json:"code"`
+	Msg     string    `json:"msg,omitempty"`
+	Buffers []Buffer  `json:"buffers,omitempty"`
+	Lease   time.Time `json:"lease"`
+	N       uint64    `json:"n,omitempty"`
+	Yes     bool      `json:"yes,omitempty"`
+}
+
+func answer(r reply, err error) (any, error) {
+	if err != nil {
+		r.Code = CodeOf(err)
+		r.Msg = err.Error()
+		if e, ok := err.(*Error); ok {
+			r.Msg = e.Msg
+		}
+	}
+	return r, nil
+}
+
+func (s *Server) handle(_ context.Context, method string, body json.RawMessage) (any, error) {
+	var c call
+	if err := json.Unmarshal(body, &c); err != nil {
+		return nil, fmt.Errorf("kv: %s: %w: %w", method, status.ErrProtocol, err)
+	}
+	if c.Client != "" {
+		s.beat(c.Client)
+	}
+	m := s.m
+	switch method {
+	case "heartbeat":
+		return reply{}, nil
+	case "mount":
+		c.Segment.Client = c.Client
+		return answer(reply{}, m.MountSegment(c.Segment))
+	case "unmount":
+		return answer(reply{}, m.UnmountSegment(c.Client, c.Segment.Name))
+	case "put_start":
+		bufs, err := m.PutStart(c.Client, c.Key, c.Size, c.Replicas, c.Prefer)
+		return answer(reply{Buffers: bufs}, err)
+	case "put_end":
+		return answer(reply{}, m.PutEnd(c.Client, c.Key))
+	case "put_revoke":
+		return answer(reply{}, m.PutRevoke(c.Client, c.Key))
+	case "get":
+		bufs, lease, err := m.GetReplicaList(c.Key)
+		return answer(reply{Buffers: bufs, Lease: lease}, err)
+	case "exist":
+		return reply{Yes: m.Exist(c.Key)}, nil
+	case "size":
+		n, err := m.Size(c.Key)
+		return answer(reply{N: n}, err)
+	case "remove":
+		return answer(reply{}, m.Remove(c.Key))
+	case "remove_regex":
+		n, err := m.RemoveByRegex(c.Pattern)
+		return answer(reply{N: uint64(n)}, err)
+	case "remove_all":
+		return reply{N: uint64(m.RemoveAll())}, nil
+	case "leave":
+		s.mu.Lock()
+		delete(s.beats, c.Client)
+		s.mu.Unlock()
+		m.ClientDown(c.Client)
+		return reply{}, nil
+	}
+	return nil, fmt.Errorf("kv: no method %q: %w", method, status.ErrProtocol)
+}
