@@ -159,7 +159,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(benchCmd(), bmCmd(), transCmd(), shmemCmd(), infoCmd(), storeCmd(), &cobra.Command{
+	root.AddCommand(benchCmd(), bmCmd(), transCmd(), kvCmd(), shmemCmd(), infoCmd(), storeCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "hmc", buildVersion()) },

@@ -94,3 +94,18 @@ func TestVersionNamesTheCommit(t *testing.T) {
 		t.Fatalf("version %q does not name module version and commit %s", out, rev)
 	}
 }
+
+// hmc kv bench runs a master, a lending client in a child process and puts and gets against
+// it, beside the transfer engine's own write and read, and prints every column.
+func TestKVBench(t *testing.T) {
+	t.Setenv("HMC_TEST_AS_HMC", "1") // the lending child is this binary, standing in for hmc
+	out, err := run(t, "kv", "bench", "--sizes", "4KiB,1MiB", "--duration", "200ms")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"put GB/s", "trans read GB/s", "get/read", "4KiB", "1MiB", "exist calls/s"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("no %q in\n%s", want, out)
+		}
+	}
+}

@@ -307,3 +307,12 @@ func (c *Client) Close() error {
 	})
 	return err
 }
+
+// Engine is the client's transfer engine (tools and benchmarks move bytes beside the pool's).
+func (c *Client) Engine() *trans.Engine { return c.e }
+
+// Replicas returns key's replicas (and leases it, as a get does).
+func (c *Client) Replicas(ctx context.Context, key string) ([]Buffer, error) {
+	r, err := c.call(ctx, "get", call{Key: key})
+	return r.Buffers, err
+}

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hmc-go/hmc/bench"
+	"github.com/hmc-go/hmc/fabric/kv"
+	"github.com/hmc-go/hmc/memory"
+)
+
+func kvCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "kv", Short: "the KV-cache pool (Mooncake Store's model): its master, a lending client, a benchmark"}
+	cmd.AddCommand(kvMasterCmd(), kvLendCmd(), kvBenchCmd())
+	return cmd
+}
+
+func kvMasterCmd() *cobra.Command {
+	var (
+		addr             string
+		lease, clientTTL time.Duration
+		high, evict      float64
+	)
+	cmd := &cobra.Command{
+		Use:   "master",
+		Short: "serve the pool's master (clients mount segments, put and get through it)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			m := kv.NewMaster(kv.MasterConfig{LeaseTTL: lease, HighWatermark: high, EvictRatio: evict})
+			srv, err := kv.Serve(m, kv.ServerConfig{Addr: addr, ClientTTL: clientTTL})
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+			fmt.Fprintln(cmd.OutOrStdout(), "READY", srv.Addr())
+			<-ctx.Done()
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&addr, "addr", "127.0.0.1:50051", "address clients reach the master at (port 0: any)")
+	fl.DurationVar(&lease, "lease-ttl", 5*time.Second, "how long a get pins an object against removal and eviction")
+	fl.DurationVar(&clientTTL, "client-ttl", 10*time.Second, "a client silent this long is dead: its segments leave the pool")
+	fl.Float64Var(&high, "high-watermark", 0.95, "fraction of the pool's space above which puts evict")
+	fl.Float64Var(&evict, "evict-ratio", 0.05, "fraction of the pool's space an eviction frees")
+	return cmd
+}
+
+func kvLendCmd() *cobra.Command {
+	var master, segment string
+	cmd := &cobra.Command{
+		Use:   "lend",
+		Short: "join the pool as a client that lends a segment of its memory, and stay",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			size, err := bench.ParseSize(segment)
+			if err != nil {
+				return err
+			}
+			c, err := kv.NewClient(ctx, kv.ClientConfig{Master: master, SegmentSize: size})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			fmt.Fprintln(cmd.OutOrStdout(), "READY", c.ID())
+			_ = os.Stdout.Sync()
+			<-ctx.Done()
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&master, "master", "127.0.0.1:50051", "the master's address")
+	cmd.Flags().StringVar(&segment, "segment-size", "1GiB", "memory lent to the pool")
+	return cmd
+}
+
+func kvBenchCmd() *cobra.Command {
+	var (
+		sizes    string
+		duration time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "put and get against a lending client in another process, beside the transfer engine's write and read of the same bytes",
+		Long: `A master runs here and a lending client ("hmc kv lend") as a child process; this process, a
+client without a segment, puts objects (one replica, in the child's segment) and gets them,
+then writes and reads the same bytes at one replica with the transfer engine alone, and times
+metadata operations (exist) on the master.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			list, err := bench.ParseSizes(sizes)
+			if err != nil {
+				return err
+			}
+			m := kv.NewMaster(kv.MasterConfig{LeaseTTL: benchLease})
+			srv, err := kv.Serve(m, kv.ServerConfig{Addr: "127.0.0.1:0"})
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			child := exec.CommandContext(ctx, exe, "kv", "lend", "--master", srv.Addr(), "--segment-size", "1GiB")
+			child.Stderr = os.Stderr
+			out, err := child.StdoutPipe()
+			if err != nil {
+				return err
+			}
+			if err := child.Start(); err != nil {
+				return err
+			}
+			defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+			ready := make(chan string, 1)
+			go func() { // ends when the child's stdout closes
+				sc := bufio.NewScanner(out)
+				for sc.Scan() {
+					if strings.HasPrefix(sc.Text(), "READY") {
+						ready <- sc.Text()
+					}
+				}
+			}()
+			select {
+			case <-ready:
+			case <-time.After(30 * time.Second):
+				return fmt.Errorf("kv bench: the lending client did not start within 30 s")
+			}
+			c, err := kv.NewClient(ctx, kv.ClientConfig{Master: srv.Addr()})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 4, 0, 2, ' ', 0)
+			fmt.Fprintln(w, "size\tput GB/s\ttrans write GB/s\tput/write\tget GB/s\ttrans read GB/s\tget/read")
+			for _, size := range list {
+				r, err := kvBenchSize(ctx, c, size, duration)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(w, "%s\t%.3f\t%.3f\t%.2f\t%.3f\t%.3f\t%.2f\n", bench.FormatSize(size), r[0], r[1], r[0]/r[1], r[2], r[3], r[2]/r[3])
+			}
+			_ = w.Flush()
+			ops, err := kvMetaOps(ctx, c, duration)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "metadata: %.0f exist calls/s (one client, one at a time)\n", ops)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&sizes, "sizes", "4KiB,64KiB,4MiB", "object sizes (a list)")
+	cmd.Flags().DurationVar(&duration, "duration", 2*time.Second, "time per measurement")
+	return cmd
+}
+
+// benchLease is the bench master's lease: short, so that the objects of one size can be
+// removed soon after their gets.
+const benchLease = 200 * time.Millisecond
+
+// kvBenchSize returns put, trans write, get and trans read GB/s for objects of size bytes.
+func kvBenchSize(ctx context.Context, c *kv.Client, size uint64, d time.Duration) ([4]float64, error) {
+	var r [4]float64
+	val := make([]byte, size)
+	for i := range val {
+		val[i] = byte(i * 7)
+	}
+	rate := func(n int, el time.Duration) float64 { return float64(uint64(n)*size) / el.Seconds() / 1e9 }
+	var keys []string
+	start := time.Now()
+	for time.Since(start) < d && uint64(len(keys)+1)*size < 512<<20 {
+		k := fmt.Sprintf("bench-%d-%d", size, len(keys))
+		if err := c.Put(ctx, k, val, 1); err != nil {
+			return r, err
+		}
+		keys = append(keys, k)
+	}
+	r[0] = rate(len(keys), time.Since(start))
+	reps, err := c.Replicas(ctx, keys[0])
+	if err != nil {
+		return r, err
+	}
+	e, at := c.Engine(), reps[0]
+	n := 0
+	for start = time.Now(); time.Since(start) < d; n++ {
+		if err := e.Write(ctx, at.Client, memory.AddrOf(val), at.Addr, size); err != nil {
+			return r, err
+		}
+	}
+	r[1] = rate(n, time.Since(start))
+	dst := make([]byte, size)
+	n = 0
+	for start = time.Now(); time.Since(start) < d; n++ {
+		if _, err := c.GetInto(ctx, keys[n%len(keys)], dst); err != nil {
+			return r, err
+		}
+	}
+	r[2] = rate(n, time.Since(start))
+	n = 0
+	for start = time.Now(); time.Since(start) < d; n++ {
+		if err := e.Read(ctx, at.Client, memory.AddrOf(dst), at.Addr, size); err != nil {
+			return r, err
+		}
+	}
+	r[3] = rate(n, time.Since(start))
+	time.Sleep(benchLease + 50*time.Millisecond) // the gets' leases end
+	_, err = c.RemoveAll(ctx)
+	return r, err
+}
+
+// kvMetaOps times exist calls on the master.
+func kvMetaOps(ctx context.Context, c *kv.Client, d time.Duration) (float64, error) {
+	n := 0
+	start := time.Now()
+	for ; time.Since(start) < d; n++ {
+		if _, err := c.Exist(ctx, "nothing"); err != nil {
+			return 0, err
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
