@@ -187,14 +187,21 @@ func kvBenchSize(ctx context.Context, c *kv.Client, size uint64, d time.Duration
 		keys = append(keys, k)
 	}
 	r[0] = rate(len(keys), time.Since(start))
-	reps, err := c.Replicas(ctx, keys[0])
-	if err != nil {
-		return r, err
+	// The transfer engine's peer rows write and read the same replicas, in the same order: the
+	// same memory, so that neither side is timed on hotter caches than the other.
+	at := make([]kv.Buffer, len(keys))
+	for i, k := range keys {
+		reps, err := c.Replicas(ctx, k)
+		if err != nil {
+			return r, err
+		}
+		at[i] = reps[0]
 	}
-	e, at := c.Engine(), reps[0]
+	e := c.Engine()
 	n := 0
 	for start = time.Now(); time.Since(start) < d; n++ {
-		if err := e.Write(ctx, at.Client, memory.AddrOf(val), at.Addr, size); err != nil {
+		b := at[n%len(at)]
+		if err := e.Write(ctx, b.Client, memory.AddrOf(val), b.Addr, size); err != nil {
 			return r, err
 		}
 	}
@@ -209,13 +216,14 @@ func kvBenchSize(ctx context.Context, c *kv.Client, size uint64, d time.Duration
 	r[2] = rate(n, time.Since(start))
 	n = 0
 	for start = time.Now(); time.Since(start) < d; n++ {
-		if err := e.Read(ctx, at.Client, memory.AddrOf(dst), at.Addr, size); err != nil {
+		b := at[n%len(at)]
+		if err := e.Read(ctx, b.Client, memory.AddrOf(dst), b.Addr, size); err != nil {
 			return r, err
 		}
 	}
 	r[3] = rate(n, time.Since(start))
 	time.Sleep(benchLease + 50*time.Millisecond) // the gets' leases end
-	_, err = c.RemoveAll(ctx)
+	_, err := c.RemoveAll(ctx)
 	return r, err
 }
 

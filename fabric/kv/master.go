@@ -66,6 +66,7 @@ type Master struct {
 	mu       sync.Mutex
 	segments map[string]*mounted // by name
 	objects  map[string]*object  // by key
+	pending  map[*object]bool    // objects being written (PutStart without PutEnd)
 	lru      *list.List          // complete objects, least recently used first
 	total    uint64              // bytes of every mounted segment
 	used     uint64              // bytes allocated
@@ -90,7 +91,7 @@ type object struct {
 // NewMaster returns an empty pool.
 func NewMaster(cfg MasterConfig) *Master {
 	cfg.setDefaults()
-	return &Master{cfg: cfg, segments: map[string]*mounted{}, objects: map[string]*object{}, lru: list.New()}
+	return &Master{cfg: cfg, segments: map[string]*mounted{}, objects: map[string]*object{}, pending: map[*object]bool{}, lru: list.New()}
 }
 
 // MountSegment adds a client's segment to the pool.
@@ -140,8 +141,8 @@ func (m *Master) ClientDown(client string) []string {
 	for _, name := range gone {
 		m.dropSegmentLocked(name)
 	}
-	for _, o := range m.objects {
-		if !o.complete && o.owner == client {
+	for o := range m.pending {
+		if o.owner == client {
 			m.removeLocked(o)
 		}
 	}
@@ -202,7 +203,8 @@ func (m *Master) PutStart(client, key string, size uint64, replicas int, preferr
 			return nil, fail(NoAvailableHandle, "no room for %d replicas of %d bytes (%d of %d bytes used)", replicas, size, m.used, m.total)
 		}
 	}
-	m.objects[key] = &object{key: key, size: size, replicas: bufs, owner: client, started: now}
+	o := &object{key: key, size: size, replicas: bufs, owner: client, started: now}
+	m.objects[key], m.pending[o] = o, true
 	return bufs, nil
 }
 
@@ -265,6 +267,7 @@ func (m *Master) PutEnd(client, key string) error {
 		return fail(IllegalClient, "%q is being written by %q, not %q", key, o.owner, client)
 	}
 	o.complete, o.owner = true, ""
+	delete(m.pending, o)
 	o.elem = m.lru.PushBack(o)
 	return nil
 }
@@ -377,6 +380,7 @@ func (m *Master) removeLocked(o *object) {
 	if o.elem != nil {
 		m.lru.Remove(o.elem)
 	}
+	delete(m.pending, o)
 	delete(m.objects, o.key)
 }
 
@@ -395,10 +399,11 @@ func (m *Master) evictLocked(now time.Time, need uint64) {
 	}
 }
 
-// reapLocked frees the space of puts unfinished after PutTimeout.
+// reapLocked frees the space of puts unfinished after PutTimeout (it looks at the puts under
+// way only: a put costs no walk over the pool's objects).
 func (m *Master) reapLocked(now time.Time) {
-	for _, o := range m.objects {
-		if !o.complete && now.Sub(o.started) > m.cfg.PutTimeout {
+	for o := range m.pending {
+		if now.Sub(o.started) > m.cfg.PutTimeout {
 			m.removeLocked(o)
 		}
 	}
