@@ -92,11 +92,6 @@ func NewClient(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
 			return nil, err
 		}
 		c.segment, c.segMem = c.id, memory.HostSlice(memory.Ptr(base), cfg.SegmentSize)
-		// Fault the segment's pages in now: a put into untouched memory pays the kernel's page
-		// allocation and zeroing at the writer's expense, page by page.
-		for off := 0; off < len(c.segMem); off += 4096 {
-			c.segMem[off] = 0
-		}
 		if _, err := c.call(ctx, "mount", call{Segment: Segment{Name: c.segment, Base: base, Size: cfg.SegmentSize}}); err != nil {
 			return nil, err
 		}
