@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"strings"
 	"time"
 )
 
@@ -198,7 +199,11 @@ func (c *tcpClient) handshake(ctx context.Context, conn net.Conn, rank int) (net
 			}
 		}
 		if req.Rank != noRankWire {
-			return conn, fmt.Errorf("%w: the store at tcp://%s refused rank %d in world %d: %s", errFor(res), c.addr, rank, c.cfg.WorldSize, why)
+			base := errFor(res)
+			if strings.Contains(why, rankHeldReason) {
+				base = ErrRankHeld
+			}
+			return conn, fmt.Errorf("%w: the store at tcp://%s refused rank %d in world %d: %s", base, c.addr, rank, c.cfg.WorldSize, why)
 		}
 		return conn, fmt.Errorf("%w: the store at tcp://%s refused the connection: %s", errFor(res), c.addr, why)
 	}

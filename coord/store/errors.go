@@ -80,6 +80,14 @@ var (
 	ErrIO = &codeError{CodeIOError, "store: link lost", status.ErrPeerClosed}
 )
 
+// ErrRankHeld is a refusal of a rank that a live client holds (an ErrFailed): the holder may be
+// closing (its departure not yet seen by the store), so a client taking back its own slot tries
+// again for a while.
+var ErrRankHeld = fmt.Errorf("%w: rank taken", ErrFailed)
+
+// rankHeldReason is the refusal's reason text that the server sends (and clients recognise).
+const rankHeldReason = "is held by a live client"
+
 // ErrAuth is returned when the shared secret or the TLS handshake does not check out (it is an
 // ErrFailed).
 var ErrAuth = fmt.Errorf("%w: authentication failed", ErrFailed)

@@ -327,7 +327,7 @@ func (e *etcdClient) claimRank(ctx context.Context, r int) error {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("%w: rank %d is held by a live client", ErrFailed, r)
+		return fmt.Errorf("%w: rank %d "+rankHeldReason, ErrRankHeld, r)
 	}
 	return nil
 }

@@ -268,7 +268,7 @@ func (s *Server) addLink(l *link, req connectReq) error {
 			return fmt.Errorf("%w: rank %d outside world of %d", ErrFailed, r, s.world)
 		}
 		if _, taken := s.rankLink[r]; taken {
-			return fmt.Errorf("%w: rank %d is held by a live client", ErrFailed, r)
+			return fmt.Errorf("%w: rank %d "+rankHeldReason, ErrRankHeld, r)
 		}
 		s.rankLink[r] = l
 		l.rank = r

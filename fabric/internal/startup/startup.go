@@ -8,6 +8,7 @@ package startup
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -122,12 +123,28 @@ func OpenStoreByName(ctx context.Context, face, url string, s Settings, prefix, 
 		return nil, 0, fmt.Errorf("%s: slot for %s: %w", face, name, err)
 	}
 	cfg.Ranking, cfg.Rank = store.Explicit, rank
-	kv, err := store.Open(ctx, url, cfg)
-	if err != nil {
-		return nil, 0, fmt.Errorf("%s: metadata store: %w", face, err)
+	// The slot is this name's: a holder the store still counts live is this name's previous
+	// engine (closed, or a process restarted under the same name) whose departure the store has
+	// not seen yet. Asked again until it has, for up to rankHeldWait.
+	wait := time.Now().Add(rankHeldWait)
+	for {
+		kv, err := store.Open(ctx, url, cfg)
+		if err == nil {
+			return kv, rank, nil
+		}
+		if !errors.Is(err, store.ErrRankHeld) || time.Now().After(wait) {
+			return nil, 0, fmt.Errorf("%s: metadata store: %w", face, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, fmt.Errorf("%s: metadata store: %w", face, err)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	return kv, rank, nil
 }
+
+// rankHeldWait bounds how long OpenStoreByName waits for its slot's previous holder to go.
+const rankHeldWait = 5 * time.Second
 
 // JoinGroup sets up the face's group called name on the store link c: size members, ranks
 // 0..size-1, for a static world (0: members join and leave, as Big Memory's), with the control
