@@ -16,7 +16,7 @@ var layers = map[string]int{
 	"fabric/trans": 6, "fabric/shmem": 6,
 	"fabric/bm": 6, "fabric/kv": 7,
 	"": 7, "bench": 7, "cmd/hmc": 8, "capi": 8, "scripts/soakd": 8,
-	"capi/internal/cabi": 8, "capi/internal/hmcapi": 8, "capi/internal/storeapi": 8, "capi/internal/transapi": 8, "capi/internal/smemapi": 8,
+	"capi/internal/cabi": 8, "capi/internal/hmcapi": 8, "capi/internal/kvapi": 8, "capi/internal/storeapi": 8, "capi/internal/transapi": 8, "capi/internal/smemapi": 8,
 }
 
 // outside lists the modules outside this one (and the standard library) that each package may

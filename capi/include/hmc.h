@@ -314,6 +314,23 @@ int hmc_trans_notify_as(uint64_t engine, const char *peer, const char *name, con
 int hmc_trans_json(uint64_t engine, int what, const char *peer, char *buf, uint64_t cap, uint64_t *len,
                    int timeout_ms);
 
+/* ---- KV-cache pool (fabric/kv; Mooncake Store's model). Calls return Mooncake Store's error
+ * codes (0, or negative), or a size or count where that is the result; hmc_last_error says why. */
+
+int32_t hmc_kv_master_start(const char *addr, int lease_ms, int client_ttl_ms, char *addr_buf, uint64_t addr_len,
+                            uint64_t *out_master);
+int32_t hmc_kv_master_stop(uint64_t master);
+int32_t hmc_kv_client_create(const char *master, const char *local_hostname, const char *metadata,
+                             uint64_t segment_size, uint64_t *out_client);
+int32_t hmc_kv_client_id(uint64_t client, char *buf, uint64_t len);
+int32_t hmc_kv_put(uint64_t client, const char *key, const void *value, uint64_t len, int replicas);
+int64_t hmc_kv_get_size(uint64_t client, const char *key);
+int64_t hmc_kv_get_into(uint64_t client, const char *key, void *dst, uint64_t len);
+int32_t hmc_kv_exist(uint64_t client, const char *key);
+int32_t hmc_kv_remove(uint64_t client, const char *key);
+int64_t hmc_kv_remove_regex(uint64_t client, const char *pattern); /* NULL: every object */
+int32_t hmc_kv_client_close(uint64_t client);
+
 #ifdef __cplusplus
 }
 #endif

@@ -29,8 +29,8 @@ type ClientConfig struct {
 	SegmentSize uint64
 	// Kinds are the transports, in order (default: the transfer engine's).
 	Kinds []transport.ConnType
-	// Heartbeat is how often the client tells the master it lives (default 2 s; the master
-	// drops a client silent for its ClientTTL).
+	// Heartbeat is how often the client tells the master it lives (default 2 s, and at most a
+	// quarter of the master's ClientTTL, which the master tells it; a silent client is dropped).
 	Heartbeat time.Duration
 	// Timeout bounds each call to the master and each transfer (default 10 s).
 	Timeout time.Duration
@@ -86,17 +86,21 @@ func NewClient(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
 			_ = e.Close()
 		}
 	}()
+	var r reply
 	if cfg.SegmentSize > 0 {
 		base, err := e.Malloc(cfg.SegmentSize)
 		if err != nil {
 			return nil, err
 		}
 		c.segment, c.segMem = c.id, memory.HostSlice(memory.Ptr(base), cfg.SegmentSize)
-		if _, err := c.call(ctx, "mount", call{Segment: Segment{Name: c.segment, Base: base, Size: cfg.SegmentSize}}); err != nil {
+		if r, err = c.call(ctx, "mount", call{Segment: Segment{Name: c.segment, Base: base, Size: cfg.SegmentSize}}); err != nil {
 			return nil, err
 		}
-	} else if _, err := c.call(ctx, "heartbeat", call{}); err != nil {
+	} else if r, err = c.call(ctx, "heartbeat", call{}); err != nil {
 		return nil, err
+	}
+	if r.TTL > 0 { // beat at least four times within the master's ClientTTL
+		c.cfg.Heartbeat = min(c.cfg.Heartbeat, r.TTL/4)
 	}
 	c.wg.Add(1)
 	go c.heartbeat() // owned by c: Close stops it

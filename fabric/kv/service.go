@@ -116,6 +116,9 @@ type reply struct {
 	Lease   time.Time `json:"lease"`
 	N       uint64    `json:"n,omitempty"`
 	Yes     bool      `json:"yes,omitempty"`
+	// TTL is the master's ClientTTL (in mount and heartbeat replies): clients beat well within
+	// it.
+	TTL time.Duration `json:"ttl,omitempty"`
 }
 
 func answer(r reply, err error) (any, error) {
@@ -140,10 +143,10 @@ func (s *Server) handle(_ context.Context, method string, body json.RawMessage) 
 	m := s.m
 	switch method {
 	case "heartbeat":
-		return reply{}, nil
+		return reply{TTL: s.cfg.ClientTTL}, nil
 	case "mount":
 		c.Segment.Client = c.Client
-		return answer(reply{}, m.MountSegment(c.Segment))
+		return answer(reply{TTL: s.cfg.ClientTTL}, m.MountSegment(c.Segment))
 	case "unmount":
 		return answer(reply{}, m.UnmountSegment(c.Client, c.Segment.Name))
 	case "put_start":

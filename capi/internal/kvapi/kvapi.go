@@ -1,0 +1,291 @@
+//go:build cgo
+
+// Package kvapi exports the KV-cache pool (fabric/kv) as hmc_kv_*: the functions under
+// python/hmc/kv.py's MooncakeDistributedStore. Calls return Mooncake Store's error codes (0,
+// or negative: kv.Code), sizes and counts where those are the result; the reason of a failure is
+// hmc_last_error's.
+package kvapi
+
+/*
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/hmc-go/hmc/capi/internal/cabi"
+	"github.com/hmc-go/hmc/fabric/kv"
+	"github.com/hmc-go/hmc/status"
+)
+
+// code runs f and returns its Mooncake code, recording the failure's text.
+func code(f func() error) C.int32_t {
+	err := f()
+	if err == nil {
+		return 0
+	}
+	cabi.SetError(err.Error())
+	return C.int32_t(kv.CodeOf(err))
+}
+
+func gostr(p *C.char) string { return cabi.GoString(unsafe.Pointer(p)) }
+
+func client(h C.uint64_t) (*kv.Client, error) {
+	c, err := cabi.Get[*kv.Client](uint64(h))
+	if err != nil {
+		return nil, &kv.Error{Code: kv.InvalidParams, Msg: err.Error()}
+	}
+	return c, nil
+}
+
+func ctx(timeoutMS int) (context.Context, context.CancelFunc) {
+	if timeoutMS <= 0 {
+		timeoutMS = 30000
+	}
+	return context.WithTimeout(context.Background(), time.Duration(timeoutMS)*time.Millisecond)
+}
+
+// hmc_kv_client_create joins the pool at master ("ip:port") as a client named by
+// local_hostname ("ip" or "ip:port"; port 0 or none: any) lending segment_size bytes (0:
+// none), its transfer engine on metadata (NULL or "P2PHANDSHAKE": peer to peer).
+//
+//export hmc_kv_client_create
+func hmc_kv_client_create(master, localHostname, metadata *C.char, segmentSize C.uint64_t, out *C.uint64_t) C.int32_t {
+	return code(func() error {
+		if out == nil {
+			return &kv.Error{Code: kv.InvalidParams, Msg: "no output handle"}
+		}
+		id := gostr(localHostname)
+		if id == "" {
+			id = "127.0.0.1"
+		}
+		if !strings.Contains(id, ":") || strings.HasSuffix(id, "]") {
+			id += ":0"
+		}
+		c, cancel := ctx(0)
+		defer cancel()
+		cl, err := kv.NewClient(c, kv.ClientConfig{Master: gostr(master), UniqueID: id, Metadata: gostr(metadata), SegmentSize: uint64(segmentSize)})
+		if err != nil {
+			if kv.CodeOf(err) == kv.InternalError {
+				return &kv.Error{Code: kv.InvalidParams, Msg: err.Error()}
+			}
+			return err
+		}
+		*out = C.uint64_t(cabi.Add(cl))
+		return nil
+	})
+}
+
+// hmc_kv_client_id writes the client's name (its transfer engine's id) into buf.
+//
+//export hmc_kv_client_id
+func hmc_kv_client_id(h C.uint64_t, buf *C.char, n C.uint64_t) C.int32_t {
+	return code(func() error {
+		c, err := client(h)
+		if err != nil {
+			return err
+		}
+		b, err := cabi.HostBytes(unsafe.Pointer(buf), uint64(n))
+		if err != nil || len(b) <= len(c.ID()) {
+			return &kv.Error{Code: kv.BufferOverflow, Msg: fmt.Sprintf("a %d-byte buffer for %q", n, c.ID())}
+		}
+		b[copy(b, c.ID())] = 0
+		return nil
+	})
+}
+
+// hmc_kv_put stores n bytes at value under key in replicas replicas.
+//
+//export hmc_kv_put
+func hmc_kv_put(h C.uint64_t, key *C.char, value unsafe.Pointer, n C.uint64_t, replicas C.int) C.int32_t {
+	return code(func() error {
+		c, err := client(h)
+		if err != nil {
+			return err
+		}
+		v, err := cabi.HostBytes(value, uint64(n))
+		if err != nil {
+			return &kv.Error{Code: kv.InvalidParams, Msg: err.Error()}
+		}
+		cx, cancel := ctx(0)
+		defer cancel()
+		return c.Put(cx, gostr(key), v, int(replicas))
+	})
+}
+
+// hmc_kv_get_size returns key's size, or a negative code.
+//
+//export hmc_kv_get_size
+func hmc_kv_get_size(h C.uint64_t, key *C.char) C.int64_t {
+	var n uint64
+	rc := code(func() error {
+		c, err := client(h)
+		if err != nil {
+			return err
+		}
+		cx, cancel := ctx(0)
+		defer cancel()
+		n, err = c.Size(cx, gostr(key))
+		return err
+	})
+	if rc != 0 {
+		return C.int64_t(rc)
+	}
+	return C.int64_t(n)
+}
+
+// hmc_kv_get_into reads key's value into the n bytes at dst and returns its length, or a
+// negative code (BUFFER_OVERFLOW when dst is shorter).
+//
+//export hmc_kv_get_into
+func hmc_kv_get_into(h C.uint64_t, key *C.char, dst unsafe.Pointer, n C.uint64_t) C.int64_t {
+	var got int
+	rc := code(func() error {
+		c, err := client(h)
+		if err != nil {
+			return err
+		}
+		b, err := cabi.HostBytes(dst, uint64(n))
+		if err != nil {
+			return &kv.Error{Code: kv.InvalidParams, Msg: err.Error()}
+		}
+		cx, cancel := ctx(0)
+		defer cancel()
+		got, err = c.GetInto(cx, gostr(key), b)
+		return err
+	})
+	if rc != 0 {
+		return C.int64_t(rc)
+	}
+	return C.int64_t(got)
+}
+
+// hmc_kv_exist returns 1 when key names a complete object, 0 when not, or a negative code.
+//
+//export hmc_kv_exist
+func hmc_kv_exist(h C.uint64_t, key *C.char) C.int32_t {
+	yes := false
+	rc := code(func() error {
+		c, err := client(h)
+		if err != nil {
+			return err
+		}
+		cx, cancel := ctx(0)
+		defer cancel()
+		yes, err = c.Exist(cx, gostr(key))
+		return err
+	})
+	if rc != 0 {
+		return rc
+	}
+	if yes {
+		return 1
+	}
+	return 0
+}
+
+// hmc_kv_remove removes key (OBJECT_HAS_LEASE while a get's lease lasts).
+//
+//export hmc_kv_remove
+func hmc_kv_remove(h C.uint64_t, key *C.char) C.int32_t {
+	return code(func() error {
+		c, err := client(h)
+		if err != nil {
+			return err
+		}
+		cx, cancel := ctx(0)
+		defer cancel()
+		return c.Remove(cx, gostr(key))
+	})
+}
+
+// hmc_kv_remove_regex removes every unleased object whose key matches pattern; it returns
+// how many, or a negative code. pattern NULL: every object.
+//
+//export hmc_kv_remove_regex
+func hmc_kv_remove_regex(h C.uint64_t, pattern *C.char) C.int64_t {
+	var n int
+	rc := code(func() error {
+		c, err := client(h)
+		if err != nil {
+			return err
+		}
+		cx, cancel := ctx(0)
+		defer cancel()
+		if pattern == nil {
+			n, err = c.RemoveAll(cx)
+		} else {
+			n, err = c.RemoveByRegex(cx, gostr(pattern))
+		}
+		return err
+	})
+	if rc != 0 {
+		return C.int64_t(rc)
+	}
+	return C.int64_t(n)
+}
+
+// hmc_kv_client_close leaves the pool and frees the client.
+//
+//export hmc_kv_client_close
+func hmc_kv_client_close(h C.uint64_t) C.int32_t {
+	return code(func() error {
+		c, err := client(h)
+		if err != nil {
+			return err
+		}
+		cabi.Remove(uint64(h))
+		return c.Close()
+	})
+}
+
+// master is a master served by this process.
+type master struct{ srv *kv.Server }
+
+// hmc_kv_master_start serves a master on addr ("ip:port"; port 0: any) with the lease and
+// client TTLs in ms (0: defaults), and writes the address it serves on into addrBuf.
+//
+//export hmc_kv_master_start
+func hmc_kv_master_start(addr *C.char, leaseMS, clientTTLMS C.int, addrBuf *C.char, n C.uint64_t, out *C.uint64_t) C.int32_t {
+	return code(func() error {
+		if out == nil {
+			return &kv.Error{Code: kv.InvalidParams, Msg: "no output handle"}
+		}
+		m := kv.NewMaster(kv.MasterConfig{LeaseTTL: time.Duration(leaseMS) * time.Millisecond})
+		srv, err := kv.Serve(m, kv.ServerConfig{Addr: gostr(addr), ClientTTL: time.Duration(clientTTLMS) * time.Millisecond})
+		if err != nil {
+			return &kv.Error{Code: kv.InvalidParams, Msg: err.Error()}
+		}
+		b, err := cabi.HostBytes(unsafe.Pointer(addrBuf), uint64(n))
+		if err != nil || len(b) <= len(srv.Addr()) {
+			_ = srv.Close()
+			return &kv.Error{Code: kv.BufferOverflow, Msg: "address buffer too short"}
+		}
+		b[copy(b, srv.Addr())] = 0
+		*out = C.uint64_t(cabi.Add(&master{srv}))
+		return nil
+	})
+}
+
+// hmc_kv_master_stop stops a master of hmc_kv_master_start.
+//
+//export hmc_kv_master_stop
+func hmc_kv_master_stop(h C.uint64_t) C.int32_t {
+	return code(func() error {
+		m, err := cabi.Get[*master](uint64(h))
+		if err != nil {
+			return &kv.Error{Code: kv.InvalidParams, Msg: err.Error()}
+		}
+		cabi.Remove(uint64(h))
+		if err := m.srv.Close(); err != nil && !errors.Is(err, status.ErrClosed) {
+			return err
+		}
+		return nil
+	})
+}
