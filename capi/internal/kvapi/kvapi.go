@@ -44,11 +44,39 @@ func client(h C.uint64_t) (*kv.Client, error) {
 	return c, nil
 }
 
-func ctx(timeoutMS int) (context.Context, context.CancelFunc) {
-	if timeoutMS <= 0 {
-		timeoutMS = 30000
+// callTimeout bounds each call of the C face.
+const callTimeout = 30 * time.Second
+
+// onClient runs f on client h with a bounded context and returns its Mooncake code.
+func onClient(h C.uint64_t, f func(ctx context.Context, c *kv.Client) error) C.int32_t {
+	return code(func() error {
+		c, err := client(h)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		return f(ctx, c)
+	})
+}
+
+// putString writes s and a NUL into the n bytes at buf.
+func putString(buf *C.char, n C.uint64_t, s string) error {
+	b, err := cabi.HostBytes(unsafe.Pointer(buf), uint64(n))
+	if err != nil || len(b) <= len(s) {
+		return &kv.Error{Code: kv.BufferOverflow, Msg: fmt.Sprintf("a %d-byte buffer for %q", n, s)}
 	}
-	return context.WithTimeout(context.Background(), time.Duration(timeoutMS)*time.Millisecond)
+	b[copy(b, s)] = 0
+	return nil
+}
+
+// hostBytes is the n bytes at p, or INVALID_PARAMS.
+func hostBytes(p unsafe.Pointer, n C.uint64_t) ([]byte, error) {
+	b, err := cabi.HostBytes(p, uint64(n))
+	if err != nil {
+		return nil, &kv.Error{Code: kv.InvalidParams, Msg: err.Error()}
+	}
+	return b, nil
 }
 
 // hmc_kv_client_create joins the pool at master ("ip:port") as a client named by
@@ -68,7 +96,7 @@ func hmc_kv_client_create(master, localHostname, metadata *C.char, segmentSize C
 		if !strings.Contains(id, ":") || strings.HasSuffix(id, "]") {
 			id += ":0"
 		}
-		c, cancel := ctx(0)
+		c, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
 		cl, err := kv.NewClient(c, kv.ClientConfig{Master: gostr(master), UniqueID: id, Metadata: gostr(metadata), SegmentSize: uint64(segmentSize)})
 		if err != nil {
@@ -86,36 +114,19 @@ func hmc_kv_client_create(master, localHostname, metadata *C.char, segmentSize C
 //
 //export hmc_kv_client_id
 func hmc_kv_client_id(h C.uint64_t, buf *C.char, n C.uint64_t) C.int32_t {
-	return code(func() error {
-		c, err := client(h)
-		if err != nil {
-			return err
-		}
-		b, err := cabi.HostBytes(unsafe.Pointer(buf), uint64(n))
-		if err != nil || len(b) <= len(c.ID()) {
-			return &kv.Error{Code: kv.BufferOverflow, Msg: fmt.Sprintf("a %d-byte buffer for %q", n, c.ID())}
-		}
-		b[copy(b, c.ID())] = 0
-		return nil
-	})
+	return onClient(h, func(_ context.Context, c *kv.Client) error { return putString(buf, n, c.ID()) })
 }
 
 // hmc_kv_put stores n bytes at value under key in replicas replicas.
 //
 //export hmc_kv_put
 func hmc_kv_put(h C.uint64_t, key *C.char, value unsafe.Pointer, n C.uint64_t, replicas C.int) C.int32_t {
-	return code(func() error {
-		c, err := client(h)
+	return onClient(h, func(ctx context.Context, c *kv.Client) error {
+		v, err := hostBytes(value, n)
 		if err != nil {
 			return err
 		}
-		v, err := cabi.HostBytes(value, uint64(n))
-		if err != nil {
-			return &kv.Error{Code: kv.InvalidParams, Msg: err.Error()}
-		}
-		cx, cancel := ctx(0)
-		defer cancel()
-		return c.Put(cx, gostr(key), v, int(replicas))
+		return c.Put(ctx, gostr(key), v, int(replicas))
 	})
 }
 
@@ -124,14 +135,8 @@ func hmc_kv_put(h C.uint64_t, key *C.char, value unsafe.Pointer, n C.uint64_t, r
 //export hmc_kv_get_size
 func hmc_kv_get_size(h C.uint64_t, key *C.char) C.int64_t {
 	var n uint64
-	rc := code(func() error {
-		c, err := client(h)
-		if err != nil {
-			return err
-		}
-		cx, cancel := ctx(0)
-		defer cancel()
-		n, err = c.Size(cx, gostr(key))
+	rc := onClient(h, func(ctx context.Context, c *kv.Client) (err error) {
+		n, err = c.Size(ctx, gostr(key))
 		return err
 	})
 	if rc != 0 {
@@ -146,18 +151,12 @@ func hmc_kv_get_size(h C.uint64_t, key *C.char) C.int64_t {
 //export hmc_kv_get_into
 func hmc_kv_get_into(h C.uint64_t, key *C.char, dst unsafe.Pointer, n C.uint64_t) C.int64_t {
 	var got int
-	rc := code(func() error {
-		c, err := client(h)
+	rc := onClient(h, func(ctx context.Context, c *kv.Client) error {
+		b, err := hostBytes(dst, n)
 		if err != nil {
 			return err
 		}
-		b, err := cabi.HostBytes(dst, uint64(n))
-		if err != nil {
-			return &kv.Error{Code: kv.InvalidParams, Msg: err.Error()}
-		}
-		cx, cancel := ctx(0)
-		defer cancel()
-		got, err = c.GetInto(cx, gostr(key), b)
+		got, err = c.GetInto(ctx, gostr(key), b)
 		return err
 	})
 	if rc != 0 {
@@ -171,14 +170,8 @@ func hmc_kv_get_into(h C.uint64_t, key *C.char, dst unsafe.Pointer, n C.uint64_t
 //export hmc_kv_exist
 func hmc_kv_exist(h C.uint64_t, key *C.char) C.int32_t {
 	yes := false
-	rc := code(func() error {
-		c, err := client(h)
-		if err != nil {
-			return err
-		}
-		cx, cancel := ctx(0)
-		defer cancel()
-		yes, err = c.Exist(cx, gostr(key))
+	rc := onClient(h, func(ctx context.Context, c *kv.Client) (err error) {
+		yes, err = c.Exist(ctx, gostr(key))
 		return err
 	})
 	if rc != 0 {
@@ -194,15 +187,7 @@ func hmc_kv_exist(h C.uint64_t, key *C.char) C.int32_t {
 //
 //export hmc_kv_remove
 func hmc_kv_remove(h C.uint64_t, key *C.char) C.int32_t {
-	return code(func() error {
-		c, err := client(h)
-		if err != nil {
-			return err
-		}
-		cx, cancel := ctx(0)
-		defer cancel()
-		return c.Remove(cx, gostr(key))
-	})
+	return onClient(h, func(ctx context.Context, c *kv.Client) error { return c.Remove(ctx, gostr(key)) })
 }
 
 // hmc_kv_remove_regex removes every unleased object whose key matches pattern; it returns
@@ -211,17 +196,11 @@ func hmc_kv_remove(h C.uint64_t, key *C.char) C.int32_t {
 //export hmc_kv_remove_regex
 func hmc_kv_remove_regex(h C.uint64_t, pattern *C.char) C.int64_t {
 	var n int
-	rc := code(func() error {
-		c, err := client(h)
-		if err != nil {
-			return err
-		}
-		cx, cancel := ctx(0)
-		defer cancel()
+	rc := onClient(h, func(ctx context.Context, c *kv.Client) (err error) {
 		if pattern == nil {
-			n, err = c.RemoveAll(cx)
+			n, err = c.RemoveAll(ctx)
 		} else {
-			n, err = c.RemoveByRegex(cx, gostr(pattern))
+			n, err = c.RemoveByRegex(ctx, gostr(pattern))
 		}
 		return err
 	})
@@ -262,12 +241,10 @@ func hmc_kv_master_start(addr *C.char, leaseMS, clientTTLMS C.int, addrBuf *C.ch
 		if err != nil {
 			return &kv.Error{Code: kv.InvalidParams, Msg: err.Error()}
 		}
-		b, err := cabi.HostBytes(unsafe.Pointer(addrBuf), uint64(n))
-		if err != nil || len(b) <= len(srv.Addr()) {
+		if err := putString(addrBuf, n, srv.Addr()); err != nil {
 			_ = srv.Close()
-			return &kv.Error{Code: kv.BufferOverflow, Msg: "address buffer too short"}
+			return err
 		}
-		b[copy(b, srv.Addr())] = 0
 		*out = C.uint64_t(cabi.Add(&master{srv}))
 		return nil
 	})
