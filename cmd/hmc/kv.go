@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -109,34 +106,11 @@ metadata operations (exist) on the master.`,
 				return err
 			}
 			defer srv.Close()
-			exe, err := os.Executable()
+			child, _, err := startReadyChild(ctx, "kv bench: the lending client", "kv", "lend", "--master", srv.Addr(), "--segment-size", "1GiB")
 			if err != nil {
-				return err
-			}
-			child := exec.CommandContext(ctx, exe, "kv", "lend", "--master", srv.Addr(), "--segment-size", "1GiB")
-			child.Stderr = os.Stderr
-			out, err := child.StdoutPipe()
-			if err != nil {
-				return err
-			}
-			if err := child.Start(); err != nil {
 				return err
 			}
 			defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
-			ready := make(chan string, 1)
-			go func() { // ends when the child's stdout closes
-				sc := bufio.NewScanner(out)
-				for sc.Scan() {
-					if strings.HasPrefix(sc.Text(), "READY") {
-						ready <- sc.Text()
-					}
-				}
-			}()
-			select {
-			case <-ready:
-			case <-time.After(30 * time.Second):
-				return fmt.Errorf("kv bench: the lending client did not start within 30 s")
-			}
 			c, err := kv.NewClient(ctx, kv.ClientConfig{Master: srv.Addr()})
 			if err != nil {
 				return err

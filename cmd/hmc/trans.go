@@ -136,12 +136,19 @@ func transBenchCmd() *cobra.Command {
 
 // startTransTarget runs `hmc trans bench --mode target` as a child and returns its unique id.
 func startTransTarget(ctx context.Context, meta, protocol, buffer, mem string) (*exec.Cmd, string, error) {
+	return startReadyChild(ctx, "trans bench: the target", "trans", "bench", "--mode", "target", "--metadata-server", meta,
+		"--protocol", protocol, "--buffer-size", buffer, "--mem", mem)
+}
+
+// startReadyChild runs this binary with args as a child (stderr on ours) and returns it with
+// what follows "READY " on the first such line of its output, waiting at most 30 s; what names
+// the child in the error.
+func startReadyChild(ctx context.Context, what string, args ...string) (*exec.Cmd, string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, "", err
 	}
-	c := exec.CommandContext(ctx, exe, "trans", "bench", "--mode", "target", "--metadata-server", meta,
-		"--protocol", protocol, "--buffer-size", buffer, "--mem", mem)
+	c := exec.CommandContext(ctx, exe, args...)
 	c.Stderr = os.Stderr
 	out, err := c.StdoutPipe()
 	if err != nil {
@@ -154,17 +161,20 @@ func startTransTarget(ctx context.Context, meta, protocol, buffer, mem string) (
 	go func() { // ends when the child's stdout closes
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if id, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
-				ready <- id
+			if rest, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
+				select {
+				case ready <- rest:
+				default:
+				}
 			}
 		}
 	}()
 	select {
-	case id := <-ready:
-		return c, id, nil
+	case rest := <-ready:
+		return c, rest, nil
 	case <-time.After(30 * time.Second):
 		_ = c.Process.Kill()
 		_ = c.Wait()
-		return nil, "", fmt.Errorf("trans bench: the target did not start within 30 s")
+		return nil, "", fmt.Errorf("%s did not start within 30 s", what)
 	}
 }
