@@ -389,8 +389,7 @@ func mergeRequests(reqs []Request) []Request {
 	// caller's slice is used as it is (no copy per batch).
 	merges := false
 	for i := 1; i < len(reqs) && !merges; i++ {
-		l, r := reqs[i-1], reqs[i]
-		merges = l.Op == r.Op && l.Local+l.Size == r.Local && l.Remote+l.Size == r.Remote
+		merges = continues(reqs[i-1], reqs[i])
 	}
 	if !merges {
 		return reqs
@@ -398,8 +397,7 @@ func mergeRequests(reqs []Request) []Request {
 	out := make([]Request, 0, len(reqs))
 	for _, r := range reqs {
 		if n := len(out); n > 0 {
-			l := &out[n-1]
-			if l.Op == r.Op && l.Local+l.Size == r.Local && l.Remote+l.Size == r.Remote {
+			if l := &out[n-1]; continues(*l, r) {
 				l.Size += r.Size
 				continue
 			}
@@ -407,6 +405,11 @@ func mergeRequests(reqs []Request) []Request {
 		out = append(out, r)
 	}
 	return out
+}
+
+// continues says whether r goes on where l ends, on both sides and in the same direction.
+func continues(l, r Request) bool {
+	return l.Op == r.Op && l.Local+l.Size == r.Local && l.Remote+l.Size == r.Remote
 }
 
 // SendNotify delivers a notification to peer on its own.
