@@ -327,8 +327,24 @@ int32_t hmc_kv_put(uint64_t client, const char *key, const void *value, uint64_t
 int64_t hmc_kv_get_size(uint64_t client, const char *key);
 int64_t hmc_kv_get_into(uint64_t client, const char *key, void *dst, uint64_t len);
 int32_t hmc_kv_exist(uint64_t client, const char *key);
-int32_t hmc_kv_remove(uint64_t client, const char *key);
-int64_t hmc_kv_remove_regex(uint64_t client, const char *pattern); /* NULL: every object */
+/* force != 0 removes leased objects too (Mooncake's force). */
+int32_t hmc_kv_remove(uint64_t client, const char *key, int force);
+int64_t hmc_kv_remove_regex(uint64_t client, const char *pattern, int force); /* NULL: every object */
+int32_t hmc_kv_ping(uint64_t client); /* 0 when the master answers */
+int32_t hmc_kv_register_buffer(uint64_t client, uint64_t addr, uint64_t size);
+int32_t hmc_kv_unregister_buffer(uint64_t client, uint64_t addr);
+/* Batches: n keys NUL-terminated one after another in the keys_size bytes at keys; object i is
+ * gathered from (put) or scattered over (get) counts[i] parts (counts NULL: one each) taken in
+ * order from addrs and sizes (host or device memory). out[i] is each key's code (put, exist:
+ * 1/0, remove) or size (get; negative: its code). They return 0, or a negative code when the
+ * batch could not start. upsert != 0 rewrites keys that exist. */
+int32_t hmc_kv_batch_put(uint64_t client, uint64_t n, const char *keys, uint64_t keys_size, const uint32_t *counts,
+                         const uint64_t *addrs, const uint64_t *sizes, int replicas, int upsert, int32_t *out);
+int32_t hmc_kv_batch_get(uint64_t client, uint64_t n, const char *keys, uint64_t keys_size, const uint32_t *counts,
+                         const uint64_t *addrs, const uint64_t *sizes, int64_t *out);
+int32_t hmc_kv_batch_exist(uint64_t client, uint64_t n, const char *keys, uint64_t keys_size, int32_t *out);
+int32_t hmc_kv_batch_remove(uint64_t client, uint64_t n, const char *keys, uint64_t keys_size, int force,
+                            int32_t *out);
 int32_t hmc_kv_client_close(uint64_t client);
 
 #ifdef __cplusplus

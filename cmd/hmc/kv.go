@@ -197,7 +197,7 @@ func kvBenchSize(ctx context.Context, c *kv.Client, size uint64, d time.Duration
 	}
 	r[3] = rate(n, time.Since(start))
 	time.Sleep(benchLease + 50*time.Millisecond) // the gets' leases end
-	_, err := c.RemoveAll(ctx)
+	_, err := c.RemoveAll(ctx, false)
 	return r, err
 }
 

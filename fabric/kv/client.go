@@ -11,7 +11,6 @@ import (
 	"github.com/hmc-go/hmc/fabric/internal/rpc"
 	"github.com/hmc-go/hmc/fabric/trans"
 	"github.com/hmc-go/hmc/memory"
-	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
 
@@ -50,6 +49,9 @@ type Client struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	once    sync.Once
+
+	bufMu sync.Mutex
+	bufs  map[uint64]uint64 // registered buffers: address -> size; guarded by bufMu
 }
 
 // NewClient starts a client: its transfer engine, its segment (mounted at the master) and
@@ -143,54 +145,8 @@ func (c *Client) call(ctx context.Context, method string, q call) (reply, error)
 // client's own segment first), this client writes every replica, and the object becomes
 // visible when all are written. A key that exists is refused (ObjectAlreadyExists).
 func (c *Client) Put(ctx context.Context, key string, value []byte, replicas int) error {
-	if len(value) == 0 {
-		return fail(InvalidParams, "put of %q: an empty value", key)
-	}
-	replicas = max(replicas, 1)
-	r, err := c.call(ctx, "put_start", call{Key: key, Size: uint64(len(value)), Replicas: replicas, Prefer: c.segment})
-	if err != nil {
-		return err
-	}
-	if err := c.write(ctx, r.Buffers, value); err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Timeout)
-		_, _ = c.call(rctx, "put_revoke", call{Key: key}) // its space back; the put failed either way
-		cancel()
-		return &Error{Code: TransferFail, Msg: fmt.Sprintf("put of %q: %v", key, err)}
-	}
-	_, err = c.call(ctx, "put_end", call{Key: key})
-	return err
-}
-
-// write copies value into every replica buffer: its own segment's by a copy, the others by
-// the transfer engine.
-func (c *Client) write(ctx context.Context, bufs []Buffer, value []byte) error {
 	defer runtime.KeepAlive(value)
-	for _, b := range bufs {
-		if b.Size != uint64(len(value)) {
-			return fmt.Errorf("replica of %d bytes for %d: %w", b.Size, len(value), status.ErrProtocol)
-		}
-		if b.Client == c.id {
-			dst, err := c.own(b)
-			if err != nil {
-				return err
-			}
-			copy(dst, value)
-			continue
-		}
-		if err := c.e.Write(ctx, b.Client, memory.AddrOf(value), b.Addr, b.Size); err != nil {
-			return fmt.Errorf("replica at %s: %w", b.Client, err)
-		}
-	}
-	return nil
-}
-
-// own is a replica buffer in this client's segment, as bytes.
-func (c *Client) own(b Buffer) ([]byte, error) {
-	base := memory.AddrOf(c.segMem)
-	if b.Segment != c.segment || b.Addr < base || b.Addr+b.Size > base+uint64(len(c.segMem)) {
-		return nil, fmt.Errorf("replica [%#x, +%d) is not in this client's segment: %w", b.Addr, b.Size, status.ErrProtocol)
-	}
-	return c.segMem[b.Addr-base : b.Addr-base+b.Size], nil
+	return c.BatchPut(ctx, []Item{{Key: key, Parts: []Span{SpanOf(value)}}}, PutOptions{Replicas: replicas})[0]
 }
 
 // Get returns a copy of key's value.
@@ -204,67 +160,12 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	return buf[:m], err
 }
 
-// GetInto reads key's value into dst and returns its length (BufferOverflow when dst is
-// shorter). It reads a replica in this client's own segment if there is one, else the others
-// in turn until one answers; the value is returned only if the read ended within the lease the
-// master granted (else LeaseExpired: the space may have been reused since, and the bytes are not
-// trusted).
+// GetInto reads key's value into dst and returns its length (InvalidParams when dst is
+// shorter, as Mooncake's get_into). See BatchGet.
 func (c *Client) GetInto(ctx context.Context, key string, dst []byte) (int, error) {
-	r, err := c.call(ctx, "get", call{Key: key})
-	if err != nil {
-		return 0, err
-	}
-	if len(r.Buffers) == 0 {
-		return 0, fail(ObjectNotFound, "%q has no replica", key)
-	}
-	size := r.Buffers[0].Size
-	if uint64(len(dst)) < size {
-		return 0, fail(BufferOverflow, "%q is %d bytes, the buffer %d", key, size, len(dst))
-	}
-	var errs []error
-	read := false
-	for _, b := range ordered(r.Buffers, c.id) {
-		if b.Client == c.id {
-			src, err := c.own(b)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			copy(dst, src)
-			read = true
-			break
-		}
-		err := c.e.Read(ctx, b.Client, memory.AddrOf(dst), b.Addr, b.Size)
-		runtime.KeepAlive(dst)
-		if err == nil {
-			read = true
-			break
-		}
-		errs = append(errs, fmt.Errorf("replica at %s: %w", b.Client, err))
-	}
-	if !read {
-		return 0, &Error{Code: TransferFail, Msg: fmt.Sprintf("get of %q: %v", key, errors.Join(errs...))}
-	}
-	if time.Now().After(r.Lease) {
-		return 0, fail(LeaseExpired, "get of %q: the read ended after the lease (%v)", key, r.Lease)
-	}
-	return int(size), nil
-}
-
-// ordered puts the replica in client self's segment first.
-func ordered(bufs []Buffer, self string) []Buffer {
-	out := make([]Buffer, 0, len(bufs))
-	for _, b := range bufs {
-		if b.Client == self {
-			out = append(out, b)
-		}
-	}
-	for _, b := range bufs {
-		if b.Client != self {
-			out = append(out, b)
-		}
-	}
-	return out
+	defer runtime.KeepAlive(dst)
+	n, errs := c.BatchGet(ctx, []Item{{Key: key, Parts: []Span{SpanOf(dst)}}})
+	return int(n[0]), errs[0]
 }
 
 // Exist says whether key names a complete object.
@@ -273,27 +174,35 @@ func (c *Client) Exist(ctx context.Context, key string) (bool, error) {
 	return r.Yes, err
 }
 
+// Ping asks the master whether it answers (a heartbeat).
+func (c *Client) Ping(ctx context.Context) error {
+	_, err := c.call(ctx, "heartbeat", call{})
+	return err
+}
+
 // Size is key's value's size.
 func (c *Client) Size(ctx context.Context, key string) (uint64, error) {
 	r, err := c.call(ctx, "size", call{Key: key})
 	return r.N, err
 }
 
-// Remove deletes key (ObjectHasLease while a get's lease lasts).
-func (c *Client) Remove(ctx context.Context, key string) error {
-	_, err := c.call(ctx, "remove", call{Key: key})
+// Remove deletes key (ObjectHasLease while a get's lease lasts, unless force: then a reader
+// within its lease may read space reused since).
+func (c *Client) Remove(ctx context.Context, key string, force bool) error {
+	_, err := c.call(ctx, "remove", call{Key: key, Force: force})
 	return err
 }
 
-// RemoveByRegex deletes every unleased object whose key matches pattern and returns how many.
-func (c *Client) RemoveByRegex(ctx context.Context, pattern string) (int, error) {
-	r, err := c.call(ctx, "remove_regex", call{Pattern: pattern})
+// RemoveByRegex deletes every object whose key matches pattern (leased ones only if force) and
+// returns how many.
+func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) (int, error) {
+	r, err := c.call(ctx, "remove_regex", call{Pattern: pattern, Force: force})
 	return int(r.N), err
 }
 
-// RemoveAll deletes every unleased object and returns how many.
-func (c *Client) RemoveAll(ctx context.Context) (int, error) {
-	r, err := c.call(ctx, "remove_all", call{})
+// RemoveAll deletes every object (leased ones only if force) and returns how many.
+func (c *Client) RemoveAll(ctx context.Context, force bool) (int, error) {
+	r, err := c.call(ctx, "remove_all", call{Force: force})
 	return int(r.N), err
 }
 

@@ -65,12 +65,39 @@ func child() int {
 			case !bytes.Equal(got, pattern(seed, n)):
 				answer = "bad bytes differ"
 			}
+		case strings.HasPrefix(l, "bget"):
+			var count int
+			_, _ = fmt.Sscanf(l, "bget %s %d %d", &key, &count, &n)
+			answer = batchCheck(ctx, c, key, count, n)
 		default:
 			return 0
 		}
 		fmt.Println(answer)
 	}
 	return 0
+}
+
+// batchCheck reads count objects key0, key1, ... of n bytes (seed i) with one BatchGet into
+// one buffer, each object scattered over two parts, and says "ok" or "bad <why>".
+func batchCheck(ctx context.Context, c *Client, key string, count, n int) string {
+	buf := make([]byte, count*(n+64))
+	items := make([]Item, count)
+	for i := range items {
+		b := buf[i*(n+64):]
+		items[i] = Item{Key: fmt.Sprint(key, i), Parts: []Span{SpanOf(b[:n/3]), SpanOf(b[n/3+32 : n+64])}}
+	}
+	sizes, errs := c.BatchGet(ctx, items)
+	for i := range items {
+		if errs[i] != nil || sizes[i] != uint64(n) {
+			return fmt.Sprintf("bad %s: %d bytes, %v", items[i].Key, sizes[i], errs[i])
+		}
+		b := buf[i*(n+64):]
+		got := append(append([]byte(nil), b[:n/3]...), b[n/3+32:n+32]...)
+		if !bytes.Equal(got, pattern(i, n)) {
+			return fmt.Sprintf("bad %s: bytes differ", items[i].Key)
+		}
+	}
+	return "ok"
 }
 
 // Two clients in two processes share one pool: each reads what the other put (from its own
@@ -133,7 +160,7 @@ func TestTwoProcesses(t *testing.T) {
 	if err != nil || !bytes.Equal(got, pattern(2, n2)) {
 		t.Fatalf("b's get of k2: %v", err)
 	}
-	if err := b.Remove(ctx, "k2"); CodeOf(err) != ObjectHasLease {
+	if err := b.Remove(ctx, "k2", false); CodeOf(err) != ObjectHasLease {
 		t.Fatalf("remove of a leased object: %v", err)
 	}
 	if err := b.Put(ctx, "k1", []byte("again"), 1); CodeOf(err) != ObjectAlreadyExists {
@@ -146,8 +173,59 @@ func TestTwoProcesses(t *testing.T) {
 		t.Fatalf("size of k2: %d %v", n, err)
 	}
 	small := make([]byte, 10)
-	if _, err := b.GetInto(ctx, "k2", small); CodeOf(err) != BufferOverflow {
+	if _, err := b.GetInto(ctx, "k2", small); CodeOf(err) != InvalidParams {
 		t.Fatalf("get into a short buffer: %v", err)
+	}
+	// Batches: a client lending nothing puts 64 objects, each gathered from two parts, into the
+	// others' segments with one call; a reads them back scattered with one call; a missing key
+	// fails alone; an upsert rewrites an object a then reads.
+	d, err := NewClient(ctx, ClientConfig{Master: srv.Addr(), Heartbeat: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const count, n3 = 64, 16<<10 + 7
+	items := make([]Item, count)
+	vals := make([][]byte, count)
+	for i := range items {
+		vals[i] = pattern(i, n3)
+		items[i] = Item{Key: fmt.Sprint("b/", i), Parts: []Span{SpanOf(vals[i][:100]), SpanOf(vals[i][100:])}}
+	}
+	for i, err := range d.BatchPut(ctx, items, PutOptions{Replicas: 1}) {
+		if err != nil {
+			t.Fatalf("batch put %d: %v", i, err)
+		}
+	}
+	if r := ask(fmt.Sprintf("bget b/ %d %d", count, n3)); r != "ok" {
+		t.Fatalf("a's batch get: %s", r)
+	}
+	got3 := make([]byte, n3)
+	sizes, errs := d.BatchGet(ctx, []Item{{Key: "b/3", Parts: []Span{SpanOf(got3)}}, {Key: "nothing", Parts: []Span{SpanOf(got3)}}})
+	if errs[0] != nil || sizes[0] != n3 || !bytes.Equal(got3, vals[3]) || CodeOf(errs[1]) != ObjectNotFound || sizes[1] != 0 {
+		t.Fatalf("batch get with a missing key: %v %v", sizes, errs)
+	}
+	if yes, err := d.BatchExist(ctx, []string{"b/0", "nothing", "b/63"}); err != nil || !yes[0] || yes[1] || !yes[2] {
+		t.Fatalf("batch exist: %v %v", yes, err)
+	}
+	time.Sleep(350 * time.Millisecond) // the gets' leases end
+	vals[5] = pattern(5, n3)
+	for k := range vals[5] {
+		vals[5][k] ^= 0x5a
+	}
+	if errs := d.BatchPut(ctx, []Item{{Key: "b/5", Parts: []Span{SpanOf(vals[5])}}}, PutOptions{Upsert: true}); errs[0] != nil {
+		t.Fatalf("upsert: %v", errs[0])
+	}
+	if got, err := b.Get(ctx, "b/5"); err != nil || !bytes.Equal(got, vals[5]) {
+		t.Fatalf("get after upsert: %v", err)
+	}
+	time.Sleep(350 * time.Millisecond)
+	for i, err := range d.BatchRemove(ctx, []string{"b/5", "nothing"}, false) {
+		if want := []Code{OK, ObjectNotFound}[i]; CodeOf(err) != want {
+			t.Fatalf("batch remove %d: %v", i, err)
+		}
+	}
+	if n, err := d.RemoveByRegex(ctx, "^b/", false); err != nil || n != count-1 {
+		t.Fatalf("remove by regex: %d %v", n, err)
 	}
 	// a dies.
 	_ = cmd.Process.Kill()

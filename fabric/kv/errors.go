@@ -30,6 +30,7 @@ const (
 	ObjectAlreadyExists Code = -705
 	ObjectHasLease      Code = -706
 	LeaseExpired        Code = -707
+	ObjectReplicaBusy   Code = -714 // an upsert of an object readers hold
 	TransferFail        Code = -800
 	RPCFail             Code = -900
 )
@@ -40,7 +41,8 @@ var codeNames = map[Code]string{
 	InvalidKey: "INVALID_KEY", InvalidParams: "INVALID_PARAMS", IllegalClient: "ILLEGAL_CLIENT", InvalidWrite: "INVALID_WRITE",
 	InvalidRead: "INVALID_READ", ReplicaIsNotReady: "REPLICA_IS_NOT_READY", ObjectNotFound: "OBJECT_NOT_FOUND",
 	ObjectAlreadyExists: "OBJECT_ALREADY_EXISTS", ObjectHasLease: "OBJECT_HAS_LEASE", LeaseExpired: "LEASE_EXPIRED",
-	TransferFail: "TRANSFER_FAIL", RPCFail: "RPC_FAIL",
+	ObjectReplicaBusy: "OBJECT_REPLICA_BUSY",
+	TransferFail:      "TRANSFER_FAIL", RPCFail: "RPC_FAIL",
 }
 
 // String is Mooncake's name of the code.

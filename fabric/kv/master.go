@@ -172,8 +172,21 @@ func (m *Master) dropSegmentLocked(name string) {
 // PutStart places replicas of a new object of size bytes (at most one per segment, the first in
 // preferred when it has room) and returns where client writes them; the object is not visible
 // until PutEnd. Puts evict least recently used objects when the pool is above its high-water
-// mark or has no room.
+// mark or has no room. A key that exists is refused (ObjectAlreadyExists).
 func (m *Master) PutStart(client, key string, size uint64, replicas int, preferred string) ([]Buffer, error) {
+	return m.start(client, key, size, replicas, preferred, false)
+}
+
+// UpsertStart is PutStart for a key that may exist: an existing object of the same size and
+// replica count is rewritten in place, another is replaced. The key is unreadable
+// (ReplicaIsNotReady) until PutEnd, as in Mooncake's UpsertStart. An object a get's lease holds
+// is refused (ObjectReplicaBusy: a reader may still be reading its bytes), one another client is
+// writing too (ReplicaIsNotReady).
+func (m *Master) UpsertStart(client, key string, size uint64, replicas int, preferred string) ([]Buffer, error) {
+	return m.start(client, key, size, replicas, preferred, true)
+}
+
+func (m *Master) start(client, key string, size uint64, replicas int, preferred string, upsert bool) ([]Buffer, error) {
 	if key == "" {
 		return nil, fail(InvalidKey, "an empty key")
 	}
@@ -185,10 +198,20 @@ func (m *Master) PutStart(client, key string, size uint64, replicas int, preferr
 	now := m.cfg.Now()
 	m.reapLocked(now)
 	if o, ok := m.objects[key]; ok {
-		if !o.complete {
+		switch {
+		case !o.complete:
 			return nil, fail(ReplicaIsNotReady, "%q is being written", key)
+		case !upsert:
+			return nil, fail(ObjectAlreadyExists, "%q exists", key)
+		case now.Before(o.lease):
+			return nil, fail(ObjectReplicaBusy, "%q is leased to readers for %v more", key, o.lease.Sub(now).Round(time.Millisecond))
+		case o.size == size && len(o.replicas) == replicas:
+			m.lru.Remove(o.elem)
+			o.elem, o.complete, o.owner, o.started = nil, false, client, now
+			m.pending[o] = true
+			return append([]Buffer(nil), o.replicas...), nil
 		}
-		return nil, fail(ObjectAlreadyExists, "%q exists", key)
+		m.removeLocked(o)
 	}
 	if len(m.segments) < replicas {
 		return nil, fail(NoAvailableHandle, "%d replicas of %q, %d segments mounted", replicas, key, len(m.segments))
@@ -205,7 +228,7 @@ func (m *Master) PutStart(client, key string, size uint64, replicas int, preferr
 	}
 	o := &object{key: key, size: size, replicas: bufs, owner: client, started: now}
 	m.objects[key], m.pending[o] = o, true
-	return bufs, nil
+	return append([]Buffer(nil), bufs...), nil
 }
 
 // placeLocked allocates replicas buffers of size bytes in distinct segments: preferred first,
@@ -330,8 +353,9 @@ func (m *Master) Size(key string) (uint64, error) {
 }
 
 // Remove deletes a complete object; a leased one is refused (ObjectHasLease) until its lease
-// ends, one being written too (ReplicaIsNotReady).
-func (m *Master) Remove(key string) error {
+// ends unless force (Mooncake's force: the caller takes the risk that a reader within its lease
+// reads space reused since), one being written is refused (ReplicaIsNotReady).
+func (m *Master) Remove(key string, force bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o, ok := m.objects[key]
@@ -340,33 +364,35 @@ func (m *Master) Remove(key string) error {
 		return fail(ObjectNotFound, "%q", key)
 	case !o.complete:
 		return fail(ReplicaIsNotReady, "%q is being written", key)
-	case m.cfg.Now().Before(o.lease):
+	case !force && m.cfg.Now().Before(o.lease):
 		return fail(ObjectHasLease, "%q is leased for %v more", key, o.lease.Sub(m.cfg.Now()).Round(time.Millisecond))
 	}
 	m.removeLocked(o)
 	return nil
 }
 
-// RemoveByRegex removes every complete, unleased object whose key matches pattern and returns
-// how many it removed.
-func (m *Master) RemoveByRegex(pattern string) (int, error) {
+// RemoveByRegex removes every complete object whose key matches pattern, leased ones only if
+// force, and returns how many it removed.
+func (m *Master) RemoveByRegex(pattern string, force bool) (int, error) {
 	re, err := regexp.Compile(pattern)
 	if err != nil {
 		return 0, fail(InvalidParams, "regex %q: %v", pattern, err)
 	}
-	return m.removeIf(func(o *object) bool { return re.MatchString(o.key) }), nil
+	return m.removeIf(force, func(o *object) bool { return re.MatchString(o.key) }), nil
 }
 
-// RemoveAll removes every complete, unleased object and returns how many.
-func (m *Master) RemoveAll() int { return m.removeIf(func(*object) bool { return true }) }
+// RemoveAll removes every complete object, leased ones only if force, and returns how many.
+func (m *Master) RemoveAll(force bool) int {
+	return m.removeIf(force, func(*object) bool { return true })
+}
 
-func (m *Master) removeIf(match func(*object) bool) int {
+func (m *Master) removeIf(force bool, match func(*object) bool) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.cfg.Now()
 	n := 0
 	for _, o := range m.objects {
-		if o.complete && !now.Before(o.lease) && match(o) {
+		if o.complete && (force || !now.Before(o.lease)) && match(o) {
 			m.removeLocked(o)
 			n++
 		}

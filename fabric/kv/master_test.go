@@ -104,20 +104,20 @@ func TestLeases(t *testing.T) {
 	if _, _, err := m.GetReplicaList("p/1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Remove("p/1"); code(t, err) != ObjectHasLease {
+	if err := m.Remove("p/1", false); code(t, err) != ObjectHasLease {
 		t.Fatalf("remove of a leased object: %v", err)
 	}
-	if n, err := m.RemoveByRegex("^p/"); err != nil || n != 1 || !m.Exist("p/1") || m.Exist("p/2") {
+	if n, err := m.RemoveByRegex("^p/", false); err != nil || n != 1 || !m.Exist("p/1") || m.Exist("p/2") {
 		t.Fatalf("remove by regex: %d %v", n, err)
 	}
-	if _, err := m.RemoveByRegex("("); code(t, err) != InvalidParams {
+	if _, err := m.RemoveByRegex("(", false); code(t, err) != InvalidParams {
 		t.Fatalf("a bad regex: %v", err)
 	}
 	c.add(1500 * time.Millisecond) // the lease has ended
-	if err := m.Remove("p/1"); err != nil {
+	if err := m.Remove("p/1", false); err != nil {
 		t.Fatal(err)
 	}
-	if n := m.RemoveAll(); n != 1 || m.Stats().Objects != 0 || m.Stats().Used != 0 {
+	if n := m.RemoveAll(false); n != 1 || m.Stats().Objects != 0 || m.Stats().Used != 0 {
 		t.Fatalf("remove all: %d, %+v", n, m.Stats())
 	}
 }
@@ -252,5 +252,62 @@ func TestAllocator(t *testing.T) {
 	}
 	if a.used != 0 || len(a.free) != 1 || a.free[0] != (span{0, size}) || a.largest() != size {
 		t.Fatalf("after freeing everything: used %d, free %v", a.used, a.free)
+	}
+}
+
+// An upsert inserts a new key, rewrites an object of the same shape in place (unreadable until
+// PutEnd), replaces one of another size, and is refused while a get's lease holds the object;
+// force removes a leased object.
+func TestUpsertAndForce(t *testing.T) {
+	c := newClock()
+	m := newMaster(t, c, seg("a", "A", 1<<30, mb(16)), seg("b", "B", 2<<30, mb(16)))
+	put := func(key string, size uint64, upsert bool) []Buffer {
+		t.Helper()
+		start := m.PutStart
+		if upsert {
+			start = m.UpsertStart
+		}
+		bufs, err := start("A", key, size, 1, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.PutEnd("A", key); err != nil {
+			t.Fatal(err)
+		}
+		return bufs
+	}
+	first := put("u", 4096, true) // insert
+	if _, err := m.PutStart("A", "u", 4096, 1, ""); code(t, err) != ObjectAlreadyExists {
+		t.Fatalf("put of an existing key: %v", err)
+	}
+	again, err := m.UpsertStart("B", "u", 4096, 1, "")
+	if err != nil || len(again) != 1 || again[0] != first[0] {
+		t.Fatalf("an upsert of the same shape is not in place: %+v vs %+v, %v", again, first, err)
+	}
+	if m.Exist("u") {
+		t.Fatal("an object being upserted is readable")
+	}
+	if _, err := m.UpsertStart("A", "u", 4096, 1, ""); code(t, err) != ReplicaIsNotReady {
+		t.Fatalf("an upsert while another writes: %v", err)
+	}
+	if err := m.PutEnd("B", "u"); err != nil {
+		t.Fatal(err)
+	}
+	used := m.Stats().Used
+	bigger := put("u", 8192, true)
+	if n, _ := m.Size("u"); n != 8192 || bigger[0].Size != 8192 || m.Stats().Used != used+4096 || m.Stats().Objects != 1 {
+		t.Fatalf("replaced: %d bytes, %+v, %+v", n, bigger, m.Stats())
+	}
+	if _, _, err := m.GetReplicaList("u"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.UpsertStart("A", "u", 8192, 1, ""); code(t, err) != ObjectReplicaBusy {
+		t.Fatalf("an upsert of a leased object: %v", err)
+	}
+	if n := m.RemoveAll(false); n != 0 {
+		t.Fatalf("remove all took a leased object: %d", n)
+	}
+	if err := m.Remove("u", true); err != nil || m.Stats().Used != 0 {
+		t.Fatalf("forced removal: %v, %+v", err, m.Stats())
 	}
 }

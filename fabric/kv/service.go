@@ -106,7 +106,35 @@ type call struct {
 	Prefer   string  `json:"prefer,omitempty"`
 	Segment  Segment `json:"segment"`
 	Pattern  string  `json:"pattern,omitempty"`
+	Force    bool    `json:"force,omitempty"`
+	Upsert   bool    `json:"upsert,omitempty"`
+	// Keys and Sizes are a batch method's objects (Sizes: batch_put_start's).
+	Keys  []string `json:"keys,omitempty"`
+	Sizes []uint64 `json:"sizes,omitempty"`
 }
+
+// item is one object's answer in a batch reply.
+type item struct {
+	Code    Code      `json:"code,omitempty"`
+	Msg     string    `json:"msg,omitempty"`
+	Buffers []Buffer  `json:"buffers,omitempty"`
+	Lease   time.Time `json:"lease"`
+	Yes     bool      `json:"yes,omitempty"`
+}
+
+func itemOf(err error) item {
+	if err == nil {
+		return item{}
+	}
+	it := item{Code: CodeOf(err), Msg: err.Error()}
+	if e, ok := err.(*Error); ok {
+		it.Msg = e.Msg
+	}
+	return it
+}
+
+// maxBatch bounds a batch request's objects.
+const maxBatch = 1 << 16
 
 // reply is every answer: Mooncake's code and what was wrong, and the method's results.
 type reply struct {
@@ -119,6 +147,8 @@ type reply struct {
 	// TTL is the master's ClientTTL (in mount and heartbeat replies): clients beat well within
 	// it.
 	TTL time.Duration `json:"ttl,omitempty"`
+	// Items are a batch method's answers, one per key in order.
+	Items []item `json:"items,omitempty"`
 }
 
 func answer(r reply, err error) (any, error) {
@@ -150,7 +180,11 @@ func (s *Server) handle(_ context.Context, method string, body json.RawMessage) 
 	case "unmount":
 		return answer(reply{}, m.UnmountSegment(c.Client, c.Segment.Name))
 	case "put_start":
-		bufs, err := m.PutStart(c.Client, c.Key, c.Size, c.Replicas, c.Prefer)
+		start := m.PutStart
+		if c.Upsert {
+			start = m.UpsertStart
+		}
+		bufs, err := start(c.Client, c.Key, c.Size, c.Replicas, c.Prefer)
 		return answer(reply{Buffers: bufs}, err)
 	case "put_end":
 		return answer(reply{}, m.PutEnd(c.Client, c.Key))
@@ -165,12 +199,14 @@ func (s *Server) handle(_ context.Context, method string, body json.RawMessage) 
 		n, err := m.Size(c.Key)
 		return answer(reply{N: n}, err)
 	case "remove":
-		return answer(reply{}, m.Remove(c.Key))
+		return answer(reply{}, m.Remove(c.Key, c.Force))
 	case "remove_regex":
-		n, err := m.RemoveByRegex(c.Pattern)
+		n, err := m.RemoveByRegex(c.Pattern, c.Force)
 		return answer(reply{N: uint64(n)}, err)
 	case "remove_all":
-		return reply{N: uint64(m.RemoveAll())}, nil
+		return reply{N: uint64(m.RemoveAll(c.Force))}, nil
+	case "batch_put_start", "batch_put_end", "batch_put_revoke", "batch_get", "batch_exist", "batch_remove":
+		return s.batch(method, c)
 	case "leave":
 		s.mu.Lock()
 		delete(s.beats, c.Client)
@@ -179,4 +215,41 @@ func (s *Server) handle(_ context.Context, method string, body json.RawMessage) 
 		return reply{}, nil
 	}
 	return nil, fmt.Errorf("kv: no method %q: %w", method, status.ErrProtocol)
+}
+
+// batch answers a batch method: one item per key, in order, each with its own code.
+func (s *Server) batch(method string, c call) (any, error) {
+	if len(c.Keys) > maxBatch {
+		return answer(reply{}, fail(InvalidParams, "%s of %d keys (at most %d)", method, len(c.Keys), maxBatch))
+	}
+	if method == "batch_put_start" && len(c.Sizes) != len(c.Keys) {
+		return answer(reply{}, fail(InvalidParams, "%s: %d keys, %d sizes", method, len(c.Keys), len(c.Sizes)))
+	}
+	m := s.m
+	items := make([]item, len(c.Keys))
+	for i, k := range c.Keys {
+		var err error
+		switch method {
+		case "batch_put_start":
+			start := m.PutStart
+			if c.Upsert {
+				start = m.UpsertStart
+			}
+			items[i].Buffers, err = start(c.Client, k, c.Sizes[i], c.Replicas, c.Prefer)
+		case "batch_put_end":
+			err = m.PutEnd(c.Client, k)
+		case "batch_put_revoke":
+			err = m.PutRevoke(c.Client, k)
+		case "batch_get":
+			items[i].Buffers, items[i].Lease, err = m.GetReplicaList(k)
+		case "batch_exist":
+			items[i].Yes = m.Exist(k)
+		case "batch_remove":
+			err = m.Remove(k, c.Force)
+		}
+		if err != nil {
+			items[i] = itemOf(err)
+		}
+	}
+	return reply{Items: items}, nil
 }

@@ -5,9 +5,10 @@ written for Mooncake's and memfabric's Python contracts runs unchanged.
     python3 -m hmc.compat status             # which mooncake / mf_adapter import resolves to
     python3 -m hmc.compat uninstall
 
-It writes two small packages that import ``hmc.trans`` and ``memfabric_hybrid``: after it,
-``from mooncake.engine import TransferEngine`` (SGLang, vLLM) and ``from mf_adapter import
-TransferEngine`` (SGLang's Ascend path) load HMC-Go's engines. It never shadows a real Mooncake
+It writes two small packages that import ``hmc.trans``, ``hmc.kv`` and ``memfabric_hybrid``:
+after it, ``from mooncake.engine import TransferEngine`` (SGLang, vLLM), ``from mooncake.store
+import MooncakeDistributedStore`` (SGLang's HiCache, vLLM's and LMCache's Mooncake store
+backends) and ``from mf_adapter import TransferEngine`` (SGLang's Ascend path) load HMC-Go's. It never shadows a real Mooncake
 or memfabric silently: install refuses when another ``mooncake`` or ``mf_adapter`` is
 importable (``--force`` overrides, saying what it replaces), and importing the shims logs a
 warning line that says HMC-Go's engine is the one loaded.
@@ -23,7 +24,7 @@ import sysconfig
 MARK = "__hmc_compat__"
 
 _MOONCAKE_INIT = f'''"""HMC-Go's compatibility package for Mooncake's Python API (python3 -m hmc.compat install).
-Only mooncake.engine is served; it is hmc.trans."""
+mooncake.engine is hmc.trans, mooncake.store is hmc.kv."""
 {MARK} = True
 '''
 
@@ -41,6 +42,18 @@ _logging.getLogger("hmc.compat").warning(
     "python3 -m hmc.compat uninstall removes it", __import__("hmc.trans").trans.__file__)
 '''
 
+_MOONCAKE_STORE = f'''"""mooncake.store served by HMC-Go (hmc.kv): installed by python3 -m hmc.compat install."""
+import logging as _logging
+
+from hmc.kv import (BufferHandle, MooncakeDistributedStore, MooncakeHostMemAllocator,  # noqa: F401
+                    ReplicateConfig)
+
+{MARK} = True
+_logging.getLogger("hmc.compat").warning(
+    "mooncake.store is HMC-Go's pool client (hmc.kv at %s), not Mooncake's; "
+    "python3 -m hmc.compat uninstall removes it", __import__("hmc.kv").kv.__file__)
+'''
+
 _MF_ADAPTER = f'''"""mf_adapter served by HMC-Go (memfabric_hybrid's TransferEngine): installed by python3 -m
 hmc.compat install."""
 import logging as _logging
@@ -56,7 +69,7 @@ _logging.getLogger("hmc.compat").warning(
 '''
 
 FILES = {
-    "mooncake": {"__init__.py": _MOONCAKE_INIT, "engine.py": _MOONCAKE_ENGINE},
+    "mooncake": {"__init__.py": _MOONCAKE_INIT, "engine.py": _MOONCAKE_ENGINE, "store.py": _MOONCAKE_STORE},
     "mf_adapter": {"__init__.py": _MF_ADAPTER},
 }
 

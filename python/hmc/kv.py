@@ -1,25 +1,48 @@
 """hmc.kv: the KV-cache pool (fabric/kv) with Mooncake Store's Python contract.
 
-``MooncakeDistributedStore`` keeps Mooncake's names, arguments and return conventions for what
-exists so far: ``setup`` (0 or a negative Mooncake error code), ``put`` (0 or negative),
-``get`` (the value, or empty bytes on failure), ``get_size`` (the size or negative),
-``is_exist`` (1, 0, or negative), ``remove`` / ``remove_by_regex`` / ``remove_all`` (0 or a
-count, or negative), ``get_hostname`` and ``close``. Batch and zero-copy forms, ``upsert``,
-tensors and the ``mooncake.store`` import path come with the rest of issue 35 (docs/kv.md).
-A failure's reason is in ``last_error``.
+``MooncakeDistributedStore`` keeps the names, arguments and return conventions of
+``mooncake.store.MooncakeDistributedStore`` (mooncake-integration/store/store_py.cpp):
+
+- ``setup`` / ``init_all`` / ``close`` / ``health_check``: 0, or a negative Mooncake error code
+  (``health_check``: 0 healthy, 1 not set up or closed, 2 master unreachable).
+- puts return 0 or a negative code: ``put``, ``put_from``, ``put_parts``, ``put_batch``, the
+  ``upsert*`` forms (insert or update); the batch forms (``batch_put_from``,
+  ``batch_put_from_multi_buffers``, ``batch_upsert_from``) a list with one code per key.
+- reads: ``get`` (the value, or empty bytes), ``get_batch`` (a list of those), ``get_into`` (the
+  object's size, or negative; the buffer must hold the whole object), ``batch_get_into`` and
+  ``batch_get_into_multi_buffers`` (a list of those), ``get_buffer`` / ``batch_get_buffer`` (a
+  ``BufferHandle``, or None).
+- ``is_exist`` (1, 0, negative), ``batch_is_exist`` (a list of those), ``get_size``,
+  ``remove`` / ``batch_remove`` / ``remove_by_regex`` / ``remove_all`` (each with ``force``).
+- ``register_buffer`` / ``unregister_buffer`` (0 or negative), ``get_hostname``.
+- tensors: ``put_tensor`` / ``get_tensor`` / ``batch_put_tensor`` / ``batch_get_tensor``
+  (torch; CPU or CUDA tensors are put, tensors come back on the CPU).
+
+Buffer pointers are ints as in Mooncake; torch tensors, NumPy arrays and objects with
+``__cuda_array_interface__`` are accepted where a pointer is. A batch call crosses into the
+library once (keys joined, addresses as one uint64 array) and the pool serves it with one call to
+the master and one transfer batch per peer. A failure's reason is in ``last_error``.
+``ReplicateConfig`` and ``MooncakeHostMemAllocator`` are Mooncake's helpers of the same names;
+``python3 -m hmc.compat install`` serves this module as ``mooncake.store``.
 
 ``Master`` serves a pool's master in this process (tests, tools); ``hmc kv master`` is the
 command that serves one on its own.
 """
 
+import array
 import ctypes
+import mmap
+import struct
 
 from . import _b
 from ._lib import LIB as _L
+from .trans import _addr, _vec
 
-__all__ = ["MooncakeDistributedStore", "Master"]
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "BufferHandle", "MooncakeHostMemAllocator", "Master"]
 
+INVALID_PARAMS = -600
 OBJECT_NOT_FOUND = -704
+_MAX_KEYS = 1 << 16
 
 
 def _err():
@@ -50,6 +73,132 @@ class Master:
         self.stop()
 
 
+class ReplicateConfig:
+    """Mooncake's ReplicateConfig: replica_num copies, each in another client's segment. The
+    placement hints (soft pin, preferred segments, same node) are accepted and not used."""
+
+    def __init__(self):
+        self.replica_num = 1
+        self.with_soft_pin = False
+        self.with_hard_pin = False
+        self.preferred_segments = []
+        self.preferred_segment = ""
+        self.prefer_alloc_in_same_node = False
+
+    def __str__(self):
+        return f"ReplicateConfig: replica_num: {self.replica_num}"
+
+    __repr__ = __str__
+
+
+class BufferHandle:
+    """An object's bytes in memory this process owns (Mooncake's BufferHandle): ptr(), size(),
+    len() and the buffer protocol through memoryview(handle) or bytes(handle)."""
+
+    def __init__(self, buf, n):
+        self._buf, self._n = buf, n
+
+    def ptr(self):
+        return ctypes.addressof(self._buf)
+
+    def size(self):
+        return self._n
+
+    def __len__(self):
+        return self._n
+
+    def __buffer__(self, flags):  # Python 3.12+
+        return memoryview(self._buf).cast("B")[: self._n]
+
+    def __bytes__(self):
+        return bytes(memoryview(self._buf).cast("B")[: self._n])
+
+    def __repr__(self):
+        return f"<BufferHandle {self._n} bytes at {self.ptr():#x}>"
+
+
+class MooncakeHostMemAllocator:
+    """Mooncake's host allocator: alloc(size) returns the address of size bytes of page-aligned
+    host memory (0 on failure), free(ptr) releases it (0, or -600 for an address it did not
+    give)."""
+
+    def __init__(self):
+        self._maps = {}
+
+    def alloc(self, size):
+        try:
+            m = mmap.mmap(-1, max(int(size), 1))
+        except (OSError, ValueError, OverflowError):
+            return 0
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+        self._maps[addr] = m
+        return addr
+
+    def free(self, ptr):
+        m = self._maps.pop(int(ptr), None)
+        if m is None:
+            return INVALID_PARAMS
+        try:
+            m.close()
+        except BufferError:  # a view of it is alive (a tensor): the memory stays with it
+            pass
+        return 0
+
+
+def _replicas(config):
+    if config is None:
+        return 1
+    return int(getattr(config, "replica_num", config))
+
+
+def _keys(keys):
+    """keys as NUL-terminated bytes one after another, their count and a pointer to them."""
+    if isinstance(keys, (str, bytes)):
+        raise TypeError("keys must be a list of strings, not one string")
+    enc = [k.encode() if isinstance(k, str) else bytes(k) for k in keys]
+    if len(enc) > _MAX_KEYS:
+        raise ValueError(f"{len(enc)} keys in one call (at most {_MAX_KEYS})")
+    for k in enc:
+        if b"\0" in k:
+            raise ValueError(f"key {k!r} contains a NUL byte")
+    blob = b"\0".join(enc) + b"\0" if enc else b""
+    return blob, len(enc)
+
+
+def _ptr(a):
+    """The address of an array.array / NumPy array's data (None when empty)."""
+    if isinstance(a, array.array):
+        return a.buffer_info()[0] if len(a) else None
+    return a.ctypes.data if len(a) else None
+
+
+def _host(value):
+    """(address, length, keep-alive) of a bytes-like value without copying it where Python
+    allows: bytes directly, writable buffers through ctypes, other read-only buffers through
+    NumPy when present, else a copy."""
+    if isinstance(value, bytes):
+        p = ctypes.c_char_p(value)
+        return ctypes.cast(p, ctypes.c_void_p).value or 0, len(value), (value, p)
+    mv = memoryview(value)
+    if not mv.contiguous:
+        raise ValueError("a value must be contiguous")
+    mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+    n = mv.nbytes
+    if n == 0:
+        return 0, 0, None
+    if not mv.readonly:
+        buf = (ctypes.c_char * n).from_buffer(mv)
+        return ctypes.addressof(buf), n, (mv, buf)
+    try:
+        import numpy as np
+        a = np.frombuffer(mv, dtype=np.uint8)
+        return a.ctypes.data, n, (mv, a)
+    except ImportError:
+        b = bytes(mv)
+        p = ctypes.c_char_p(b)
+        return ctypes.cast(p, ctypes.c_void_p).value, n, (b, p)
+
+
 class MooncakeDistributedStore:
     """Mooncake Store's client, on HMC-Go's pool."""
 
@@ -57,21 +206,46 @@ class MooncakeDistributedStore:
         self._h = 0
         self.last_error = ""
 
+    # -- set-up --------------------------------------------------------------------------------
+
     def _rc(self, rc):
         self.last_error = "" if rc >= 0 else _err()
         return rc
 
-    def setup(self, local_hostname, metadata_server, global_segment_size=16 << 20, local_buffer_size=16 << 20,
-              protocol="tcp", rdma_devices="", master_server_addr="127.0.0.1:50051"):
+    def _fail(self, why, rc=INVALID_PARAMS):
+        self.last_error = why
+        return rc
+
+    def setup(self, local_hostname, metadata_server=None, global_segment_size=16 << 20, local_buffer_size=16 << 20,
+              protocol="tcp", rdma_devices="", master_server_addr="127.0.0.1:50051", engine=None,
+              enable_ssd_offload=False, ssd_offload_path="", tenant_id="default", enable_client_http_server=False,
+              client_http_port=9300):
         """Joins the pool at master_server_addr, lending global_segment_size bytes. 0, or a
-        negative Mooncake error code. local_buffer_size is accepted (the pool copies out of the
-        caller's own memory); protocol "tcp" or "rdma" (same-host peers use shared memory)."""
+        negative Mooncake error code. local_buffer_size is accepted (puts and gets use the
+        caller's memory directly); protocol "tcp" or "rdma" (same-host peers use shared memory).
+        setup(config_dict) takes the same settings as a dict, as Mooncake's second form. An
+        engine to share, SSD offload, another tenant and the client HTTP server are not
+        supported: asking for them fails with the reason."""
+        if isinstance(local_hostname, dict):
+            cfg = {k: str(v) for k, v in local_hostname.items()}
+            if "local_hostname" not in cfg or "metadata_server" not in cfg:
+                return self._fail("setup: the config needs local_hostname and metadata_server")
+            return self.setup(cfg["local_hostname"], cfg["metadata_server"],
+                              int(cfg.get("global_segment_size", 16 << 20)), int(cfg.get("local_buffer_size", 16 << 20)),
+                              cfg.get("protocol", "tcp"), cfg.get("rdma_devices", ""),
+                              cfg.get("master_server_addr", "127.0.0.1:50051"),
+                              enable_ssd_offload=cfg.get("enable_ssd_offload", "false").lower() in ("1", "true"),
+                              tenant_id=cfg.get("tenant_id", "default"))
         if self._h:
-            self.last_error = "setup: already set up"
-            return -600
+            return self._fail("setup: already set up")
         if protocol not in ("tcp", "rdma"):
-            self.last_error = f"setup: protocol {protocol!r} (tcp or rdma)"
-            return -600
+            return self._fail(f"setup: protocol {protocol!r} (tcp or rdma)")
+        for asked, what in ((engine is not None, "a shared transfer engine (engine=)"),
+                            (enable_ssd_offload, "SSD offload"),
+                            (tenant_id not in (None, "", "default"), f"tenant {tenant_id!r}"),
+                            (enable_client_http_server, "the client HTTP server")):
+            if asked:
+                return self._fail(f"setup: {what} is not supported by HMC-Go's pool")
         meta = metadata_server if metadata_server not in (None, "", "P2PHANDSHAKE") else "P2PHANDSHAKE"
         h = ctypes.c_uint64()
         rc = _L.hmc_kv_client_create(_b(master_server_addr), _b(local_hostname or "127.0.0.1"), _b(meta),
@@ -90,59 +264,12 @@ class MooncakeDistributedStore:
             return False
         return True
 
-    def put(self, key, value, config=None):
-        """Stores value (bytes-like) under key: 0, or a negative code (OBJECT_ALREADY_EXISTS for
-        a key that exists). config: a replica count (int) or an object with replica_num."""
-        if not self._ready():
-            return -600
-        reps = 1
-        if config is not None:
-            reps = int(getattr(config, "replica_num", config))
-        mv = memoryview(value).cast("B")
-        n = mv.nbytes
-        if mv.readonly:
-            buf = ctypes.c_char_p(bytes(mv))
-            addr = ctypes.cast(buf, ctypes.c_void_p).value
-        else:
-            buf = (ctypes.c_char * n).from_buffer(mv) if n else None
-            addr = ctypes.addressof(buf) if buf is not None else None
-        rc = _L.hmc_kv_put(self._h, _b(key), addr, n, reps)
-        del buf
-        return self._rc(rc)
-
-    def get_size(self, key):
-        if not self._ready():
-            return -600
-        return self._rc(_L.hmc_kv_get_size(self._h, _b(key)))
-
-    def get(self, key):
-        """key's value as bytes; empty bytes when it cannot be read (last_error says why)."""
-        n = self.get_size(key)
-        if n <= 0:
-            return b""
-        buf = ctypes.create_string_buffer(n)
-        got = self._rc(_L.hmc_kv_get_into(self._h, _b(key), buf, n))
-        return buf.raw[:got] if got >= 0 else b""
-
-    def is_exist(self, key):
-        if not self._ready():
-            return -600
-        return self._rc(_L.hmc_kv_exist(self._h, _b(key)))
-
-    def remove(self, key, force=False):
-        if not self._ready():
-            return -600
-        return self._rc(_L.hmc_kv_remove(self._h, _b(key)))
-
-    def remove_by_regex(self, regex_pattern, force=False):
-        if not self._ready():
-            return -600
-        return self._rc(_L.hmc_kv_remove_regex(self._h, _b(regex_pattern)))
-
-    def remove_all(self, force=False):
-        if not self._ready():
-            return -600
-        return self._rc(_L.hmc_kv_remove_regex(self._h, None))
+    def health_check(self):
+        """0 when the master answers, 1 when not set up or closed, 2 when the master does not
+        answer."""
+        if not self._h:
+            return 1
+        return 0 if self._rc(_L.hmc_kv_ping(self._h)) == 0 else 2
 
     def get_hostname(self):
         """This client's name in the pool (its transfer engine's ip:port)."""
@@ -164,3 +291,281 @@ class MooncakeDistributedStore:
             self.close()
         except Exception:
             pass
+
+    def register_buffer(self, buffer_ptr, size):
+        if not self._ready():
+            return INVALID_PARAMS
+        return self._rc(_L.hmc_kv_register_buffer(self._h, _addr("buffer_ptr", buffer_ptr), int(size)))
+
+    def unregister_buffer(self, buffer_ptr):
+        if not self._ready():
+            return INVALID_PARAMS
+        return self._rc(_L.hmc_kv_unregister_buffer(self._h, _addr("buffer_ptr", buffer_ptr)))
+
+    # -- the one way in: batches of keys, each with parts --------------------------------------
+
+    def _put(self, keys, counts, addrs, sizes, config, upsert):
+        """Codes of a batch put: keys[i] from counts[i] parts (None: one each)."""
+        n = len(keys)
+        if not self._ready():
+            return [INVALID_PARAMS] * n
+        try:
+            blob, n = _keys(keys)
+            av, sv = _vec("buffer_ptrs", addrs, _addr), _vec("sizes", sizes)
+            cv = array.array("I", counts) if counts is not None else None
+            reps = _replicas(config)
+        except (TypeError, ValueError, OverflowError) as e:
+            return [self._fail(f"put: {e}")] * n
+        if len(av) != len(sv) or len(av) != (sum(cv) if cv is not None else n):
+            return [self._fail(f"put: {n} keys, {len(av)} pointers, {len(sv)} sizes")] * n
+        out = (ctypes.c_int32 * n)()
+        rc = _L.hmc_kv_batch_put(self._h, n, blob, len(blob), _ptr(cv) if cv is not None else None, _ptr(av),
+                                 _ptr(sv), reps, 1 if upsert else 0, out)
+        if rc != 0:
+            return [self._rc(rc)] * n
+        res = list(out)
+        self.last_error = _err() if any(r < 0 for r in res) else ""
+        return res
+
+    def _get(self, keys, counts, addrs, sizes):
+        """Sizes (or negative codes) of a batch get into counts[i] parts each."""
+        n = len(keys)
+        if not self._ready():
+            return [INVALID_PARAMS] * n
+        try:
+            blob, n = _keys(keys)
+            av, sv = _vec("buffer_ptrs", addrs, _addr), _vec("sizes", sizes)
+            cv = array.array("I", counts) if counts is not None else None
+        except (TypeError, ValueError, OverflowError) as e:
+            return [self._fail(f"get: {e}")] * n
+        if len(av) != len(sv) or len(av) != (sum(cv) if cv is not None else n):
+            return [self._fail(f"get: {n} keys, {len(av)} pointers, {len(sv)} sizes")] * n
+        out = (ctypes.c_int64 * n)()
+        rc = _L.hmc_kv_batch_get(self._h, n, blob, len(blob), _ptr(cv) if cv is not None else None, _ptr(av),
+                                 _ptr(sv), out)
+        if rc != 0:
+            return [self._rc(rc)] * n
+        res = list(out)
+        self.last_error = _err() if any(r < 0 for r in res) else ""
+        return res
+
+    def _values(self, keys, values, config, upsert):
+        held, addrs, sizes = [], [], []
+        for v in values:
+            a, n, keep = _host(v)
+            held.append(keep)
+            addrs.append(a)
+            sizes.append(n)
+        return self._put(keys, None, addrs, sizes, config, upsert)
+
+    def _parts(self, key, parts, config, upsert):
+        held, addrs, sizes = [], [], []
+        for p in parts:
+            mv = memoryview(p)
+            if mv.ndim != 1 or mv.itemsize != 1:
+                raise RuntimeError("parts must be 1-D bytes-like")
+            a, n, keep = _host(p)
+            held.append(keep)
+            addrs.append(a)
+            sizes.append(n)
+        return self._put([key], [len(addrs)], addrs, sizes, config, upsert)[0]
+
+    # -- puts ----------------------------------------------------------------------------------
+
+    def put(self, key, value, config=None):
+        """Stores value (bytes-like) under key: 0, or a negative code (OBJECT_ALREADY_EXISTS for a
+        key that exists). config: a ReplicateConfig, or a replica count."""
+        return self._values([key], [value], config, False)[0]
+
+    def upsert(self, key, value, config=None):
+        return self._values([key], [value], config, True)[0]
+
+    def put_batch(self, keys, values, config=None):
+        """Stores every value: 0, or the first failure's code."""
+        if len(keys) != len(values):
+            return self._fail(f"put_batch: {len(keys)} keys, {len(values)} values")
+        return next((r for r in self._values(keys, values, config, False) if r != 0), 0)
+
+    def upsert_batch(self, keys, values, config=None):
+        if len(keys) != len(values):
+            return self._fail(f"upsert_batch: {len(keys)} keys, {len(values)} values")
+        return next((r for r in self._values(keys, values, config, True) if r != 0), 0)
+
+    def put_parts(self, key, *parts, config=None):
+        """Stores the parts' concatenation under key, without joining them first."""
+        return self._parts(key, parts, config, False)
+
+    def upsert_parts(self, key, *parts, config=None):
+        return self._parts(key, parts, config, True)
+
+    def put_from(self, key, buffer_ptr, size, config=None):
+        """Stores size bytes at buffer_ptr (host or device memory) under key: 0 or negative."""
+        return self._put([key], None, [buffer_ptr], [size], config, False)[0]
+
+    def upsert_from(self, key, buffer_ptr, size, config=None):
+        return self._put([key], None, [buffer_ptr], [size], config, True)[0]
+
+    def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
+        """Stores keys[i] from sizes[i] bytes at buffer_ptrs[i]: a list of codes."""
+        return self._put(keys, None, buffer_ptrs, sizes, config, False)
+
+    def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
+        return self._put(keys, None, buffer_ptrs, sizes, config, True)
+
+    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+        """Stores keys[i] gathered from the buffers all_buffer_ptrs[i] (sizes all_sizes[i])."""
+        if len(all_buffer_ptrs) != len(keys) or len(all_sizes) != len(keys):
+            return [self._fail("batch_put_from_multi_buffers: lists of different lengths")] * len(keys)
+        if any(len(p) != len(s) for p, s in zip(all_buffer_ptrs, all_sizes)):
+            return [self._fail("batch_put_from_multi_buffers: a key's pointers and sizes differ in number")] * len(keys)
+        return self._put(keys, [len(p) for p in all_buffer_ptrs], [a for p in all_buffer_ptrs for a in p],
+                         [s for ss in all_sizes for s in ss], config, False)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get_into(self, key, buffer_ptr, size):
+        """Reads key's object into the size bytes at buffer_ptr: its size, or a negative code
+        (INVALID_PARAMS when it is larger than size)."""
+        return self._get([key], None, [buffer_ptr], [size])[0]
+
+    def batch_get_into(self, keys, buffer_ptrs, sizes):
+        return self._get(keys, None, buffer_ptrs, sizes)
+
+    def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, prefer_alloc_in_same_node=False):
+        """Reads keys[i] scattered over the buffers all_buffer_ptrs[i] (sizes all_sizes[i])."""
+        if len(all_buffer_ptrs) != len(keys) or len(all_sizes) != len(keys):
+            return [self._fail("batch_get_into_multi_buffers: lists of different lengths")] * len(keys)
+        if any(len(p) != len(s) for p, s in zip(all_buffer_ptrs, all_sizes)):
+            return [self._fail("batch_get_into_multi_buffers: a key's pointers and sizes differ in number")] * len(keys)
+        return self._get(keys, [len(p) for p in all_buffer_ptrs], [a for p in all_buffer_ptrs for a in p],
+                         [s for ss in all_sizes for s in ss])
+
+    def get_size(self, key):
+        if not self._ready():
+            return INVALID_PARAMS
+        return self._rc(_L.hmc_kv_get_size(self._h, _b(key)))
+
+    def batch_get_buffer(self, keys):
+        """BufferHandles of the keys' objects (None for one that cannot be read)."""
+        sizes = [self.get_size(k) for k in keys]
+        bufs = [ctypes.create_string_buffer(max(n, 1)) if n > 0 else None for n in sizes]
+        idx = [i for i, b in enumerate(bufs) if b is not None]
+        got = self._get([keys[i] for i in idx], None, [ctypes.addressof(bufs[i]) for i in idx], [sizes[i] for i in idx])
+        out = [None] * len(keys)
+        for i, n in zip(idx, got):
+            if n >= 0:
+                out[i] = BufferHandle(bufs[i], n)
+        return out
+
+    def get_buffer(self, key):
+        return self.batch_get_buffer([key])[0]
+
+    def get_batch(self, keys):
+        """The keys' values as bytes (empty bytes for one that cannot be read)."""
+        return [bytes(h) if h is not None else b"" for h in self.batch_get_buffer(keys)]
+
+    def get(self, key):
+        """key's value as bytes; empty bytes when it cannot be read (last_error says why)."""
+        return self.get_batch([key])[0]
+
+    def is_exist(self, key):
+        if not self._ready():
+            return INVALID_PARAMS
+        return self._rc(_L.hmc_kv_exist(self._h, _b(key)))
+
+    def batch_is_exist(self, keys):
+        """1 or 0 for each key, or -1 for each when the master cannot be asked."""
+        if not self._ready():
+            return [-1] * len(keys)
+        blob, n = _keys(keys)
+        out = (ctypes.c_int32 * n)()
+        if self._rc(_L.hmc_kv_batch_exist(self._h, n, blob, len(blob), out)) != 0:
+            return [-1] * n
+        return list(out)
+
+    # -- removal -------------------------------------------------------------------------------
+
+    def remove(self, key, force=False):
+        if not self._ready():
+            return INVALID_PARAMS
+        return self._rc(_L.hmc_kv_remove(self._h, _b(key), 1 if force else 0))
+
+    def batch_remove(self, keys, force=False):
+        if not self._ready():
+            return [INVALID_PARAMS] * len(keys)
+        blob, n = _keys(keys)
+        out = (ctypes.c_int32 * n)()
+        rc = self._rc(_L.hmc_kv_batch_remove(self._h, n, blob, len(blob), 1 if force else 0, out))
+        return list(out) if rc == 0 else [rc] * n
+
+    def remove_by_regex(self, regex_pattern, force=False):
+        if not self._ready():
+            return INVALID_PARAMS
+        return self._rc(_L.hmc_kv_remove_regex(self._h, _b(regex_pattern), 1 if force else 0))
+
+    def remove_all(self, force=False):
+        if not self._ready():
+            return INVALID_PARAMS
+        return self._rc(_L.hmc_kv_remove_regex(self._h, None, 1 if force else 0))
+
+    # -- tensors -------------------------------------------------------------------------------
+
+    def put_tensor(self, key, tensor, config=None):
+        """Stores a torch tensor (CPU or CUDA; its dtype and shape with it): 0 or negative."""
+        return self.batch_put_tensor([key], [tensor], config)[0]
+
+    def batch_put_tensor(self, keys, tensors, config=None):
+        if len(keys) != len(tensors):
+            return [self._fail(f"batch_put_tensor: {len(keys)} keys, {len(tensors)} tensors")] * len(keys)
+        heads, addrs, sizes, held = [], [], [], []
+        for t in tensors:
+            t = t.contiguous()
+            held.append(t)
+            h = _tensor_header(t)
+            heads.append(h)
+            addrs += [ctypes.cast(ctypes.c_char_p(h), ctypes.c_void_p).value, t.data_ptr()]
+            sizes += [len(h), t.numel() * t.element_size()]
+        return self._put(keys, [2] * len(keys), addrs, sizes, config, False)
+
+    def get_tensor(self, key):
+        """The tensor stored under key (on the CPU), or None."""
+        return self.batch_get_tensor([key])[0]
+
+    def batch_get_tensor(self, keys):
+        out = []
+        for h in self.batch_get_buffer(keys):
+            try:
+                out.append(_tensor_of(h) if h is not None else None)
+            except ValueError as e:
+                self.last_error = str(e)
+                out.append(None)
+        return out
+
+
+_TENSOR_MAGIC = b"HMCT1\0"
+
+
+def _tensor_header(t):
+    dt = str(t.dtype).removeprefix("torch.").encode()
+    return _TENSOR_MAGIC + struct.pack("<HH", len(dt), t.dim()) + dt + struct.pack(f"<{t.dim()}q", *t.shape)
+
+
+def _tensor_of(h):
+    import torch
+    mv = memoryview(bytes(h))
+    m = len(_TENSOR_MAGIC)
+    if mv[:m] != _TENSOR_MAGIC or len(mv) < m + 4:
+        raise ValueError("get_tensor: the object is not a tensor put by put_tensor")
+    nd, ndim = struct.unpack_from("<HH", mv, m)
+    off = m + 4
+    dt = bytes(mv[off:off + nd]).decode()
+    off += nd
+    shape = struct.unpack_from(f"<{ndim}q", mv, off)
+    off += 8 * ndim
+    dtype = getattr(torch, dt, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"get_tensor: unknown dtype {dt!r}")
+    data = bytearray(mv[off:])
+    if not data:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(data, dtype=dtype).reshape(shape)

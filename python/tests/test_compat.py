@@ -21,10 +21,13 @@ def test_install_status_uninstall(tmp_path):
     # The import says which engine it is.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([d, os.path.join(HERE, "..")]))
     r = subprocess.run([sys.executable, "-c", "from mooncake.engine import TransferEngine; import mf_adapter; "
-                        "print(TransferEngine.__module__, mf_adapter.TransferEngine.__module__)"],
+                        "from mooncake.store import MooncakeDistributedStore, ReplicateConfig; "
+                        "print(TransferEngine.__module__, mf_adapter.TransferEngine.__module__, "
+                        "MooncakeDistributedStore.__module__, ReplicateConfig().replica_num)"],
                        env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["hmc.trans", "memfabric_hybrid.transfer"]
+    assert r.stdout.split() == ["hmc.trans", "memfabric_hybrid.transfer", "hmc.kv", "1"]
+    assert "mooncake.store is HMC-Go's pool client" in r.stderr
     assert "HMC-Go's TransferEngine" in r.stderr and "not Mooncake's" in r.stderr
     assert "mf_adapter is HMC-Go's" in r.stderr
     assert compat("install", "--target", d, path=[d]).returncode == 0  # again over its own: fine

@@ -183,24 +183,24 @@ func hmc_kv_exist(h C.uint64_t, key *C.char) C.int32_t {
 	return 0
 }
 
-// hmc_kv_remove removes key (OBJECT_HAS_LEASE while a get's lease lasts).
+// hmc_kv_remove removes key (OBJECT_HAS_LEASE while a get's lease lasts, unless force).
 //
 //export hmc_kv_remove
-func hmc_kv_remove(h C.uint64_t, key *C.char) C.int32_t {
-	return onClient(h, func(ctx context.Context, c *kv.Client) error { return c.Remove(ctx, gostr(key)) })
+func hmc_kv_remove(h C.uint64_t, key *C.char, force C.int) C.int32_t {
+	return onClient(h, func(ctx context.Context, c *kv.Client) error { return c.Remove(ctx, gostr(key), force != 0) })
 }
 
-// hmc_kv_remove_regex removes every unleased object whose key matches pattern; it returns
-// how many, or a negative code. pattern NULL: every object.
+// hmc_kv_remove_regex removes every object whose key matches pattern (leased ones only if
+// force); it returns how many, or a negative code. pattern NULL: every object.
 //
 //export hmc_kv_remove_regex
-func hmc_kv_remove_regex(h C.uint64_t, pattern *C.char) C.int64_t {
+func hmc_kv_remove_regex(h C.uint64_t, pattern *C.char, force C.int) C.int64_t {
 	var n int
 	rc := onClient(h, func(ctx context.Context, c *kv.Client) (err error) {
 		if pattern == nil {
-			n, err = c.RemoveAll(ctx)
+			n, err = c.RemoveAll(ctx, force != 0)
 		} else {
-			n, err = c.RemoveByRegex(ctx, gostr(pattern))
+			n, err = c.RemoveByRegex(ctx, gostr(pattern), force != 0)
 		}
 		return err
 	})
@@ -208,6 +208,27 @@ func hmc_kv_remove_regex(h C.uint64_t, pattern *C.char) C.int64_t {
 		return C.int64_t(rc)
 	}
 	return C.int64_t(n)
+}
+
+// hmc_kv_register_buffer records size bytes at addr as a buffer of puts and gets.
+//
+//export hmc_kv_register_buffer
+func hmc_kv_register_buffer(h C.uint64_t, addr, size C.uint64_t) C.int32_t {
+	return onClient(h, func(_ context.Context, c *kv.Client) error { return c.RegisterBuffer(uint64(addr), uint64(size)) })
+}
+
+// hmc_kv_unregister_buffer forgets the buffer registered at addr.
+//
+//export hmc_kv_unregister_buffer
+func hmc_kv_unregister_buffer(h C.uint64_t, addr C.uint64_t) C.int32_t {
+	return onClient(h, func(_ context.Context, c *kv.Client) error { return c.UnregisterBuffer(uint64(addr)) })
+}
+
+// hmc_kv_ping returns 0 when the master answers, else a negative code.
+//
+//export hmc_kv_ping
+func hmc_kv_ping(h C.uint64_t) C.int32_t {
+	return onClient(h, func(ctx context.Context, c *kv.Client) error { return c.Ping(ctx) })
 }
 
 // hmc_kv_client_close leaves the pool and frees the client.
