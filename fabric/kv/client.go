@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/hmc-go/hmc/fabric/trans"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/transport"
+	"golang.org/x/sys/unix"
 )
 
 // ClientConfig configures a pool client.
@@ -95,6 +97,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
 			return nil, err
 		}
 		c.segment, c.segMem = c.id, memory.HostSlice(memory.Ptr(base), cfg.SegmentSize)
+		prefault(c.segMem)
 		if r, err = c.call(ctx, "mount", call{Segment: Segment{Name: c.segment, Base: base, Size: cfg.SegmentSize}}); err != nil {
 			return nil, err
 		}
@@ -107,6 +110,18 @@ func NewClient(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
 	c.wg.Add(1)
 	go c.heartbeat() // owned by c: Close stops it
 	return c, nil
+}
+
+// prefault backs a lent segment with pages now, as registering memory with an RDMA NIC does:
+// the first puts into it are not slowed by page faults in this process.
+func prefault(b []byte) {
+	if unix.Madvise(b, unix.MADV_POPULATE_WRITE) == nil {
+		return
+	}
+	pg := os.Getpagesize()
+	for i := 0; i < len(b); i += pg {
+		b[i] = 0
+	}
 }
 
 // ID is the client's name at the master (its transfer engine's unique id).

@@ -94,9 +94,12 @@ func NewMaster(cfg MasterConfig) *Master {
 	return &Master{cfg: cfg, segments: map[string]*mounted{}, objects: map[string]*object{}, pending: map[*object]bool{}, lru: list.New()}
 }
 
+// maxSegment bounds one segment (1 PiB: the pool's byte counts never overflow).
+const maxSegment = 1 << 50
+
 // MountSegment adds a client's segment to the pool.
 func (m *Master) MountSegment(s Segment) error {
-	if s.Name == "" || s.Client == "" || s.Size == 0 || s.Base == 0 || s.Base+s.Size < s.Base {
+	if s.Name == "" || s.Client == "" || s.Size == 0 || s.Size > maxSegment || s.Base == 0 || s.Base+s.Size < s.Base {
 		return fail(InvalidParams, "segment %q of client %q: %d bytes at %#x", s.Name, s.Client, s.Size, s.Base)
 	}
 	m.mu.Lock()
