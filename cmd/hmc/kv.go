@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"text/tabwriter"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/hmc-go/hmc/bench"
 	"github.com/hmc-go/hmc/fabric/kv"
+	"github.com/hmc-go/hmc/fabric/trans"
 	"github.com/hmc-go/hmc/memory"
 )
 
@@ -85,6 +87,7 @@ func kvBenchCmd() *cobra.Command {
 	var (
 		sizes    string
 		duration time.Duration
+		batch    int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -92,7 +95,9 @@ func kvBenchCmd() *cobra.Command {
 		Long: `A master runs here and a lending client ("hmc kv lend") as a child process; this process, a
 client without a segment, puts objects (one replica, in the child's segment) and gets them,
 then writes and reads the same bytes at one replica with the transfer engine alone, and times
-metadata operations (exist) on the master.`,
+metadata operations (exist) on the master. With --batch N, a second table puts and gets N
+objects per call (batch_put_from / batch_get_into: one master call and one transfer batch)
+beside the transfer engine's batch write and read of the same replicas.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
@@ -126,6 +131,17 @@ metadata operations (exist) on the master.`,
 				fmt.Fprintf(w, "%s\t%.3f\t%.3f\t%.2f\t%.3f\t%.3f\t%.2f\n", bench.FormatSize(size), r[0], r[1], r[0]/r[1], r[2], r[3], r[2]/r[3])
 			}
 			_ = w.Flush()
+			if batch > 0 {
+				fmt.Fprintf(w, "\nbatch\tsize\tput GB/s\ttrans write GB/s\tput/write\tget GB/s\ttrans read GB/s\tget/read\n")
+				for _, size := range list {
+					r, err := kvBenchBatch(ctx, c, size, batch, duration)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(w, "%d\t%s\t%.3f\t%.3f\t%.2f\t%.3f\t%.3f\t%.2f\n", batch, bench.FormatSize(size), r[0], r[1], r[0]/r[1], r[2], r[3], r[2]/r[3])
+				}
+				_ = w.Flush()
+			}
 			ops, err := kvMetaOps(ctx, c, duration)
 			if err != nil {
 				return err
@@ -136,7 +152,90 @@ metadata operations (exist) on the master.`,
 	}
 	cmd.Flags().StringVar(&sizes, "sizes", "4KiB,64KiB,4MiB", "object sizes (a list)")
 	cmd.Flags().DurationVar(&duration, "duration", 2*time.Second, "time per measurement")
+	cmd.Flags().IntVar(&batch, "batch", 0, "objects per batch call in a second table (0: none)")
 	return cmd
+}
+
+// kvBenchBatch returns put, trans write, get and trans read GB/s for batches of count objects of
+// size bytes, each batch one call (its objects scattered over one local buffer).
+func kvBenchBatch(ctx context.Context, c *kv.Client, size uint64, count int, d time.Duration) ([4]float64, error) {
+	var r [4]float64
+	if uint64(count)*size > 256<<20 {
+		return r, fmt.Errorf("kv bench: a batch of %d objects of %s is over 256 MiB (the lent segment is 1 GiB)", count, bench.FormatSize(size))
+	}
+	stride := size + 4096 // the objects are not adjacent in local memory
+	local := make([]byte, stride*uint64(count))
+	for i := range local {
+		local[i] = byte(i * 13)
+	}
+	items := func(round int) []kv.Item {
+		it := make([]kv.Item, count)
+		for i := range it {
+			off := uint64(i) * stride
+			it[i] = kv.Item{Key: fmt.Sprintf("batch-%d-%d-%d", size, round, i), Parts: []kv.Span{kv.SpanOf(local[off : off+size])}}
+		}
+		return it
+	}
+	rate := func(n int, el time.Duration) float64 { return float64(uint64(n*count)*size) / el.Seconds() / 1e9 }
+	var rounds [][]kv.Item
+	start := time.Now()
+	for len(rounds) == 0 || time.Since(start) < d && uint64(len(rounds)+1)*uint64(count)*size <= 512<<20 {
+		it := items(len(rounds))
+		for _, err := range c.BatchPut(ctx, it, kv.PutOptions{Replicas: 1}) {
+			if err != nil {
+				return r, err
+			}
+		}
+		rounds = append(rounds, it)
+	}
+	r[0] = rate(len(rounds), time.Since(start))
+	// The same replicas, moved by the transfer engine alone: one batch per round.
+	peer, reqs := "", make([][]trans.Request, len(rounds))
+	for k, it := range rounds {
+		for _, x := range it {
+			reps, err := c.Replicas(ctx, x.Key)
+			if err != nil {
+				return r, err
+			}
+			peer = reps[0].Client
+			reqs[k] = append(reqs[k], trans.Request{Op: trans.Write, Local: x.Parts[0].Addr, Remote: reps[0].Addr, Size: size})
+		}
+	}
+	e := c.Engine()
+	move := func(op trans.Opcode) (float64, error) {
+		n := 0
+		start := time.Now()
+		for ; time.Since(start) < d; n++ {
+			q := reqs[n%len(reqs)]
+			for i := range q {
+				q[i].Op = op
+			}
+			if err := e.Transfer(ctx, peer, q, nil); err != nil {
+				return 0, err
+			}
+		}
+		return rate(n, time.Since(start)), nil
+	}
+	var err error
+	if r[1], err = move(trans.Write); err != nil {
+		return r, err
+	}
+	n := 0
+	for start = time.Now(); time.Since(start) < d; n++ {
+		_, errs := c.BatchGet(ctx, rounds[n%len(rounds)])
+		for _, err := range errs {
+			if err != nil {
+				return r, err
+			}
+		}
+	}
+	r[2] = rate(n, time.Since(start))
+	if r[3], err = move(trans.Read); err != nil {
+		return r, err
+	}
+	runtime.KeepAlive(local)
+	_, err = c.RemoveAll(ctx, true)
+	return r, err
 }
 
 // benchLease is the bench master's lease: short, so that the objects of one size can be

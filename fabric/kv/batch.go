@@ -186,6 +186,7 @@ func (c *Client) BatchGet(ctx context.Context, items []Item) ([]uint64, []error)
 	if len(idx) == 0 {
 		return sizes, errs
 	}
+	asked := time.Now() // a lease counts from the master's answer: from here is on the safe side
 	r, err := c.batchCall(ctx, "batch_get", q)
 	if err != nil {
 		for _, i := range idx {
@@ -211,7 +212,7 @@ func (c *Client) BatchGet(ctx context.Context, items []Item) ([]uint64, []error)
 			errs[i] = fail(InvalidParams, "%q is %d bytes, the buffer %d", q.Keys[j], ri.Buffers[0].Size, caps[i])
 		default:
 			sizes[i] = ri.Buffers[0].Size
-			todo = append(todo, &read{i: i, order: ordered(ri.Buffers, c.id), leased: ri.Lease})
+			todo = append(todo, &read{i: i, order: ordered(ri.Buffers, c.id), leased: asked.Add(ri.Lease)})
 		}
 	}
 	var done []*read

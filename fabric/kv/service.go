@@ -91,6 +91,14 @@ func (s *Server) reap() {
 	}
 }
 
+// left is how long a lease ending at until lasts from now, by the master's clock.
+func (s *Server) left(until time.Time) time.Duration {
+	if until.IsZero() {
+		return 0
+	}
+	return until.Sub(s.m.cfg.Now())
+}
+
 func (s *Server) beat(client string) {
 	s.mu.Lock()
 	s.beats[client] = time.Now()
@@ -115,11 +123,13 @@ type call struct {
 
 // item is one object's answer in a batch reply.
 type item struct {
-	Code    Code      `json:"code,omitempty"`
-	Msg     string    `json:"msg,omitempty"`
-	Buffers []Buffer  `json:"buffers,omitempty"`
-	Lease   time.Time `json:"lease"`
-	Yes     bool      `json:"yes,omitempty"`
+	Code    Code     `json:"code,omitempty"`
+	Msg     string   `json:"msg,omitempty"`
+	Buffers []Buffer `json:"buffers,omitempty"`
+	// Lease is how long the get's lease lasts from when the master answered (a duration, not
+	// a time: clients on other hosts need not share the master's clock).
+	Lease time.Duration `json:"lease,omitempty"`
+	Yes   bool          `json:"yes,omitempty"`
 }
 
 func itemOf(err error) item {
@@ -138,12 +148,12 @@ const maxBatch = 1 << 16
 
 // reply is every answer: Mooncake's code and what was wrong, and the method's results.
 type reply struct {
-	Code    Code      `json:"code"`
-	Msg     string    `json:"msg,omitempty"`
-	Buffers []Buffer  `json:"buffers,omitempty"`
-	Lease   time.Time `json:"lease"`
-	N       uint64    `json:"n,omitempty"`
-	Yes     bool      `json:"yes,omitempty"`
+	Code    Code          `json:"code"`
+	Msg     string        `json:"msg,omitempty"`
+	Buffers []Buffer      `json:"buffers,omitempty"`
+	Lease   time.Duration `json:"lease,omitempty"` // as item.Lease
+	N       uint64        `json:"n,omitempty"`
+	Yes     bool          `json:"yes,omitempty"`
 	// TTL is the master's ClientTTL (in mount and heartbeat replies): clients beat well within
 	// it.
 	TTL time.Duration `json:"ttl,omitempty"`
@@ -192,7 +202,7 @@ func (s *Server) handle(_ context.Context, method string, body json.RawMessage) 
 		return answer(reply{}, m.PutRevoke(c.Client, c.Key))
 	case "get":
 		bufs, lease, err := m.GetReplicaList(c.Key)
-		return answer(reply{Buffers: bufs, Lease: lease}, err)
+		return answer(reply{Buffers: bufs, Lease: s.left(lease)}, err)
 	case "exist":
 		return reply{Yes: m.Exist(c.Key)}, nil
 	case "size":
@@ -241,7 +251,9 @@ func (s *Server) batch(method string, c call) (any, error) {
 		case "batch_put_revoke":
 			err = m.PutRevoke(c.Client, k)
 		case "batch_get":
-			items[i].Buffers, items[i].Lease, err = m.GetReplicaList(k)
+			var lease time.Time
+			items[i].Buffers, lease, err = m.GetReplicaList(k)
+			items[i].Lease = s.left(lease)
 		case "batch_exist":
 			items[i].Yes = m.Exist(k)
 		case "batch_remove":
