@@ -48,3 +48,34 @@ def test_memfabric_device_memory():
     finally:
         tgt.kill()
         tgt.wait()
+
+
+def test_kv_device_memory():
+    """The KV-cache pool's Mooncake Store face with device memory as the local side: puts from
+    it (staged by the transfer engine to the other process's segment), gets into it there and
+    here (a device copy from the own segment)."""
+    peer = os.path.join(HERE, "kv_dev_peer.py")
+    srv = subprocess.Popen([sys.executable, peer, "serve"], stdout=subprocess.PIPE, stdin=subprocess.PIPE,
+                           env=env(), text=True)
+    try:
+        line = srv.stdout.readline().split()
+        assert line and line[0] == "READY", line
+        cl = subprocess.Popen([sys.executable, peer, "client", line[1]], stdout=subprocess.PIPE, stdin=subprocess.PIPE,
+                              env=env(), text=True)
+        try:
+            while True:
+                out = cl.stdout.readline().strip()
+                if not out.startswith("check "):
+                    break
+                srv.stdin.write(out + "\n")
+                srv.stdin.flush()
+                cl.stdin.write(srv.stdout.readline())
+                cl.stdin.flush()
+            assert out == "PASS", out
+            assert cl.wait(timeout=60) == 0
+        finally:
+            cl.kill()
+            cl.wait()
+    finally:
+        srv.kill()
+        srv.wait()
