@@ -87,3 +87,17 @@ func HostSlice(p Ptr, n uint64) []byte {
 	up := *(*unsafe.Pointer)(unsafe.Pointer(&p))
 	return unsafe.Slice((*byte)(up), n)
 }
+
+// Prefault backs b's pages with memory now (MADV_POPULATE_WRITE, else a write per page), as
+// registering memory with an RDMA NIC does: later first touches take no page faults. b must be
+// writable memory whose bytes the caller may overwrite with zeros where the kernel lacks the
+// advice (only untouched memory: a lent segment before use).
+func Prefault(b []byte) {
+	if len(b) == 0 || unix.Madvise(b, unix.MADV_POPULATE_WRITE) == nil {
+		return
+	}
+	pg := os.Getpagesize()
+	for i := 0; i < len(b); i += pg {
+		b[i] = 0
+	}
+}

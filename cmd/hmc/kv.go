@@ -25,18 +25,34 @@ func kvCmd() *cobra.Command {
 
 func kvMasterCmd() *cobra.Command {
 	var (
-		addr             string
-		lease, clientTTL time.Duration
-		high, evict      float64
+		addr, storeURL, pool string
+		lease, clientTTL     time.Duration
+		high, evict          float64
 	)
 	cmd := &cobra.Command{
 		Use:   "master",
 		Short: "serve the pool's master (clients mount segments, put and get through it)",
+		Long: `Serves the pool's master on --addr. With --store (tcp://… or etcd://…), the master keeps the
+pool's state in that config store and joins the pool's other masters there: one leads (its
+address is in the store, where clients given the store's URL as their master find it), the
+others stand by and take over, with every segment and object, when the leader's rank goes down.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
-			m := kv.NewMaster(kv.MasterConfig{LeaseTTL: lease, HighWatermark: high, EvictRatio: evict})
-			srv, err := kv.Serve(m, kv.ServerConfig{Addr: addr, ClientTTL: clientTTL})
+			mc := kv.MasterConfig{LeaseTTL: lease, HighWatermark: high, EvictRatio: evict}
+			sc := kv.ServerConfig{Addr: addr, ClientTTL: clientTTL}
+			if storeURL != "" {
+				h, err := kv.StartHA(ctx, kv.HAConfig{Store: storeURL, Pool: pool, Master: mc, Server: sc})
+				if err != nil {
+					return err
+				}
+				defer h.Close()
+				fmt.Fprintln(cmd.OutOrStdout(), "READY", storeURL, pool)
+				<-ctx.Done()
+				return nil
+			}
+			m := kv.NewMaster(mc)
+			srv, err := kv.Serve(m, sc)
 			if err != nil {
 				return err
 			}
@@ -48,6 +64,8 @@ func kvMasterCmd() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&addr, "addr", "127.0.0.1:50051", "address clients reach the master at (port 0: any)")
+	fl.StringVar(&storeURL, "store", "", "keep the pool's state in this config store and lead or stand by there (tcp://… or etcd://…)")
+	fl.StringVar(&pool, "pool", "default", "the pool's name in the store")
 	fl.DurationVar(&lease, "lease-ttl", 5*time.Second, "how long a get pins an object against removal and eviction")
 	fl.DurationVar(&clientTTL, "client-ttl", 10*time.Second, "a client silent this long is dead: its segments leave the pool")
 	fl.Float64Var(&high, "high-watermark", 0.95, "fraction of the pool's space above which puts evict")

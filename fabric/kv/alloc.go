@@ -68,3 +68,27 @@ func (a *allocator) largest() uint64 {
 	}
 	return m
 }
+
+// reserve takes n bytes (rounded up to allocAlign) at off, as alloc once returned them (a
+// standby master replaying its leader's placements); false when that range is not free.
+func (a *allocator) reserve(off, n uint64) bool {
+	n = roundUp(n)
+	if off%allocAlign != 0 || off+n < off || off+n > a.size {
+		return false
+	}
+	i := sort.Search(len(a.free), func(i int) bool { return a.free[i].off+a.free[i].n > off })
+	if i == len(a.free) || a.free[i].off > off || a.free[i].off+a.free[i].n < off+n {
+		return false
+	}
+	f := a.free[i]
+	var parts []span
+	if f.off < off {
+		parts = append(parts, span{f.off, off - f.off})
+	}
+	if end := off + n; end < f.off+f.n {
+		parts = append(parts, span{end, f.off + f.n - end})
+	}
+	a.free = append(a.free[:i], append(parts, a.free[i+1:]...)...)
+	a.used += n
+	return true
+}

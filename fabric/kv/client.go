@@ -4,22 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/hmc-go/hmc/coord/store"
 	"github.com/hmc-go/hmc/fabric/internal/rpc"
 	"github.com/hmc-go/hmc/fabric/trans"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/transport"
-	"golang.org/x/sys/unix"
 )
 
 // ClientConfig configures a pool client.
 type ClientConfig struct {
-	// Master is the master's address ("ip:port").
+	// Master is the master's address ("ip:port"), or the config store its masters lead in
+	// (tcp://… or etcd://…: the client follows the pool's leader there, see StartHA).
 	Master string
+	// Pool names the pool in the store when Master is a store (default "default").
+	Pool string
 	// UniqueID is this client's transfer engine id ("ip:port"; port 0 picks one): peers move
 	// bytes to and from its segment through it.
 	UniqueID string
@@ -54,6 +57,10 @@ type Client struct {
 
 	bufMu sync.Mutex
 	bufs  map[uint64]uint64 // registered buffers: address -> size; guarded by bufMu
+
+	st       store.Client // the masters' store (HA), nil for one master at cfg.Master
+	masterMu sync.Mutex
+	master   string // the master's address now; guarded by masterMu
 }
 
 // NewClient starts a client: its transfer engine, its segment (mounted at the master) and
@@ -83,13 +90,24 @@ func NewClient(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, e: e, id: e.UniqueID(), rpc: rpc.NewClient(cfg.Timeout, cfg.Secret), stop: make(chan struct{})}
+	c := &Client{cfg: cfg, e: e, id: e.UniqueID(), rpc: rpc.NewClient(cfg.Timeout, cfg.Secret), stop: make(chan struct{}), master: cfg.Master}
 	defer func() {
 		if err != nil {
 			c.rpc.Close()
+			if c.st != nil {
+				_ = c.st.Close()
+			}
 			_ = e.Close()
 		}
 	}()
+	if strings.Contains(cfg.Master, "://") {
+		if c.st, err = store.Open(ctx, cfg.Master, store.Config{Secret: cfg.Secret}); err != nil {
+			return nil, &Error{Code: RPCFail, Msg: fmt.Sprintf("the masters' store %s: %v", cfg.Master, err)}
+		}
+		if c.master, err = c.leader(ctx); err != nil {
+			return nil, err
+		}
+	}
 	var r reply
 	if cfg.SegmentSize > 0 {
 		base, err := e.Malloc(cfg.SegmentSize)
@@ -97,7 +115,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
 			return nil, err
 		}
 		c.segment, c.segMem = c.id, memory.HostSlice(memory.Ptr(base), cfg.SegmentSize)
-		prefault(c.segMem)
+		memory.Prefault(c.segMem)
 		if r, err = c.call(ctx, "mount", call{Segment: Segment{Name: c.segment, Base: base, Size: cfg.SegmentSize}}); err != nil {
 			return nil, err
 		}
@@ -110,18 +128,6 @@ func NewClient(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
 	c.wg.Add(1)
 	go c.heartbeat() // owned by c: Close stops it
 	return c, nil
-}
-
-// prefault backs a lent segment with pages now, as registering memory with an RDMA NIC does:
-// the first puts into it are not slowed by page faults in this process.
-func prefault(b []byte) {
-	if unix.Madvise(b, unix.MADV_POPULATE_WRITE) == nil {
-		return
-	}
-	pg := os.Getpagesize()
-	for i := 0; i < len(b); i += pg {
-		b[i] = 0
-	}
 }
 
 // ID is the client's name at the master (its transfer engine's unique id).
@@ -143,17 +149,53 @@ func (c *Client) heartbeat() {
 	}
 }
 
-// call asks the master; a reply's code other than OK is the error.
+// call asks the master; a reply's code other than OK is the error. Following a pool's leader
+// in a store, a master that does not answer (or no longer leads) is replaced by the one the
+// store names next, until ctx ends: a takeover costs the caller time, not an error.
 func (c *Client) call(ctx context.Context, method string, q call) (reply, error) {
 	q.Client = c.id
+	c.masterMu.Lock()
+	addr := c.master
+	c.masterMu.Unlock()
 	var r reply
-	if err := c.rpc.Call(ctx, c.cfg.Master, method, q, &r); err != nil {
-		return r, &Error{Code: RPCFail, Msg: fmt.Sprintf("%s at master %s: %v", method, c.cfg.Master, err)}
+	err := c.rpc.Call(ctx, addr, method, q, &r)
+	for c.st != nil && (err != nil || r.Code == RPCFail) && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+		if a, lerr := c.leader(ctx); lerr == nil && a != addr {
+			c.rpc.Forget(addr)
+			addr = a
+			c.masterMu.Lock()
+			c.master = a
+			c.masterMu.Unlock()
+		}
+		r = reply{}
+		err = c.rpc.Call(ctx, addr, method, q, &r)
+	}
+	if err != nil {
+		return r, &Error{Code: RPCFail, Msg: fmt.Sprintf("%s at master %s: %v", method, addr, err)}
 	}
 	if r.Code != OK {
 		return r, &Error{Code: r.Code, Msg: r.Msg}
 	}
 	return r, nil
+}
+
+// leader is the address of the pool's leading master, waiting for one to lead.
+func (c *Client) leader(ctx context.Context) (string, error) {
+	for {
+		a, err := LeaderOf(ctx, c.st, c.cfg.Pool)
+		if err == nil {
+			return a, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", &Error{Code: RPCFail, Msg: fmt.Sprintf("no master leads pool %q in %s: %v", c.cfg.Pool, c.cfg.Master, err)}
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Put stores value under key in replicas replicas (at least 1): the master places them (this
@@ -231,6 +273,9 @@ func (c *Client) Close() error {
 		_, lerr := c.call(ctx, "leave", call{})
 		cancel()
 		c.rpc.Close()
+		if c.st != nil {
+			lerr = errors.Join(lerr, c.st.Close())
+		}
 		err = errors.Join(lerr, c.e.Close())
 	})
 	return err

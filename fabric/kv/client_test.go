@@ -15,14 +15,19 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hmc-go/hmc/internal/childtest"
+	"github.com/hmc-go/hmc/internal/etcdtest"
 	"github.com/hmc-go/hmc/status"
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("HMC_KV_CHILD") != "" {
+	switch os.Getenv("HMC_KV_CHILD") {
+	case "":
+	case "master":
+		os.Exit(masterChild())
+	default:
 		os.Exit(child())
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, etcdtest.IgnoreGoroutines()...)
 }
 
 // pattern is seed's n bytes.

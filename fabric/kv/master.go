@@ -70,6 +70,9 @@ type Master struct {
 	lru      *list.List          // complete objects, least recently used first
 	total    uint64              // bytes of every mounted segment
 	used     uint64              // bytes allocated
+
+	journal bool     // a leader logging its changes: removed collects removed keys
+	removed []string // keys removed since the last drain (journal only)
 }
 
 type mounted struct {
@@ -78,6 +81,7 @@ type mounted struct {
 }
 
 type object struct {
+	writer   string // the client whose put completed it (a retried PutEnd of it succeeds)
 	key      string
 	size     uint64
 	replicas []Buffer
@@ -202,6 +206,8 @@ func (m *Master) start(client, key string, size uint64, replicas int, preferred 
 	m.reapLocked(now)
 	if o, ok := m.objects[key]; ok {
 		switch {
+		case !o.complete && o.owner == client && o.size == size && len(o.replicas) == replicas:
+			return append([]Buffer(nil), o.replicas...), nil // a retry of this client's start
 		case !o.complete:
 			return nil, fail(ReplicaIsNotReady, "%q is being written", key)
 		case !upsert:
@@ -287,12 +293,14 @@ func (m *Master) PutEnd(client, key string) error {
 	switch {
 	case !ok:
 		return fail(ObjectNotFound, "%q: no put under way (revoked, timed out, or its segments are gone)", key)
+	case o.complete && o.writer == client:
+		return nil // a retry: the first PutEnd made it visible
 	case o.complete:
 		return fail(InvalidWrite, "%q is complete already", key)
 	case o.owner != client:
 		return fail(IllegalClient, "%q is being written by %q, not %q", key, o.owner, client)
 	}
-	o.complete, o.owner = true, ""
+	o.complete, o.owner, o.writer = true, "", client
 	delete(m.pending, o)
 	o.elem = m.lru.PushBack(o)
 	return nil
@@ -404,6 +412,9 @@ func (m *Master) removeIf(force bool, match func(*object) bool) int {
 }
 
 func (m *Master) removeLocked(o *object) {
+	if m.journal {
+		m.removed = append(m.removed, o.key)
+	}
 	m.releaseLocked(o.replicas)
 	m.used -= uint64(len(o.replicas)) * roundUp(o.size)
 	if o.elem != nil {

@@ -22,6 +22,8 @@ type ServerConfig struct {
 	Timeout time.Duration
 	// Secret, when set, admits only clients that prove it.
 	Secret []byte
+
+	journal *journal // a leader's log (HA); nil: the state lives in this process only
 }
 
 // Server serves a Master to clients over the fabric's request channel.
@@ -34,6 +36,47 @@ type Server struct {
 
 	mu    sync.Mutex
 	beats map[string]time.Time // client -> last heartbeat; guarded by mu
+
+	jmu  sync.Mutex // orders changes and their log entries (HA)
+	lost leaderState
+}
+
+// leading is nil while the server may answer: always without a journal, and with one until
+// a log write failed.
+func (s *Server) leading() error {
+	if p := s.lost.lost.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// change runs f, a change of the pool, and with a journal logs what it did (the keys it removed,
+// then f's entry) before the answer goes out: what a client was told is in the log. A log
+// write that fails ends this master's leadership.
+func (s *Server) change(f func() entry) error {
+	j := s.cfg.journal
+	if j == nil {
+		f()
+		return nil
+	}
+	s.jmu.Lock()
+	defer s.jmu.Unlock()
+	if err := s.leading(); err != nil {
+		return err
+	}
+	e := f()
+	e.Removed = s.m.drainRemoved()
+	if e.Op == "" && len(e.Removed) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
+	defer cancel()
+	if err := j.write(ctx, e); err != nil {
+		lost := error(&Error{Code: RPCFail, Msg: fmt.Sprintf("this master no longer leads: logging a change: %v", err)})
+		s.lost.lost.Store(&lost)
+		return lost
+	}
+	return nil
 }
 
 // Serve starts serving m.
@@ -62,7 +105,11 @@ func (s *Server) Addr() string { return s.srv.Addr() }
 func (s *Server) Close() error {
 	close(s.stop)
 	s.wg.Wait()
-	return s.srv.Close()
+	err := s.srv.Close()
+	if j := s.cfg.journal; j != nil {
+		j.wg.Wait()
+	}
+	return err
 }
 
 // reap counts clients without a heartbeat for ClientTTL dead: their segments leave the pool.
@@ -85,7 +132,10 @@ func (s *Server) reap() {
 			}
 			s.mu.Unlock()
 			for _, c := range dead {
-				s.m.ClientDown(c)
+				_ = s.change(func() entry {
+					s.m.ClientDown(c)
+					return entry{Op: "down", Client: c}
+				})
 			}
 		}
 	}
@@ -177,29 +227,18 @@ func (s *Server) handle(_ context.Context, method string, body json.RawMessage) 
 	if err := json.Unmarshal(body, &c); err != nil {
 		return nil, fmt.Errorf("kv: %s: %w: %w", method, status.ErrProtocol, err)
 	}
+	if err := s.leading(); err != nil {
+		return answer(reply{}, err)
+	}
 	if c.Client != "" {
 		s.beat(c.Client)
 	}
 	m := s.m
+	var r reply
+	var err error
 	switch method {
 	case "heartbeat":
 		return reply{TTL: s.cfg.ClientTTL}, nil
-	case "mount":
-		c.Segment.Client = c.Client
-		return answer(reply{TTL: s.cfg.ClientTTL}, m.MountSegment(c.Segment))
-	case "unmount":
-		return answer(reply{}, m.UnmountSegment(c.Client, c.Segment.Name))
-	case "put_start":
-		start := m.PutStart
-		if c.Upsert {
-			start = m.UpsertStart
-		}
-		bufs, err := start(c.Client, c.Key, c.Size, c.Replicas, c.Prefer)
-		return answer(reply{Buffers: bufs}, err)
-	case "put_end":
-		return answer(reply{}, m.PutEnd(c.Client, c.Key))
-	case "put_revoke":
-		return answer(reply{}, m.PutRevoke(c.Client, c.Key))
 	case "get":
 		bufs, lease, err := m.GetReplicaList(c.Key)
 		return answer(reply{Buffers: bufs, Lease: s.left(lease)}, err)
@@ -208,23 +247,97 @@ func (s *Server) handle(_ context.Context, method string, body json.RawMessage) 
 	case "size":
 		n, err := m.Size(c.Key)
 		return answer(reply{N: n}, err)
-	case "remove":
-		return answer(reply{}, m.Remove(c.Key, c.Force))
-	case "remove_regex":
-		n, err := m.RemoveByRegex(c.Pattern, c.Force)
-		return answer(reply{N: uint64(n)}, err)
-	case "remove_all":
-		return reply{N: uint64(m.RemoveAll(c.Force))}, nil
-	case "batch_put_start", "batch_put_end", "batch_put_revoke", "batch_get", "batch_exist", "batch_remove":
+	case "batch_get", "batch_exist":
 		return s.batch(method, c)
-	case "leave":
-		s.mu.Lock()
-		delete(s.beats, c.Client)
-		s.mu.Unlock()
-		m.ClientDown(c.Client)
-		return reply{}, nil
+	case "batch_put_start", "batch_put_end", "batch_put_revoke", "batch_remove":
+		var out any
+		jerr := s.change(func() entry {
+			var e entry
+			out, e = s.batchChange(method, c)
+			return e
+		})
+		if jerr != nil {
+			return answer(reply{}, jerr)
+		}
+		return out, nil
+	case "mount", "unmount", "put_start", "put_end", "put_revoke", "remove", "remove_regex", "remove_all", "leave":
+	default:
+		return nil, fmt.Errorf("kv: no method %q: %w", method, status.ErrProtocol)
 	}
-	return nil, fmt.Errorf("kv: no method %q: %w", method, status.ErrProtocol)
+	jerr := s.change(func() (e entry) {
+		switch method {
+		case "mount":
+			c.Segment.Client = c.Client
+			r.TTL = s.cfg.ClientTTL
+			if err = m.MountSegment(c.Segment); err == nil {
+				e = entry{Op: "mount", Segment: c.Segment}
+			}
+		case "unmount":
+			if err = m.UnmountSegment(c.Client, c.Segment.Name); err == nil {
+				e = entry{Op: "unmount", Segment: Segment{Name: c.Segment.Name}}
+			}
+		case "put_start":
+			start := m.PutStart
+			if c.Upsert {
+				start = m.UpsertStart
+			}
+			if r.Buffers, err = start(c.Client, c.Key, c.Size, c.Replicas, c.Prefer); err == nil {
+				e = entry{Op: "start", Client: c.Client, Objects: []placed{{Key: c.Key, Size: c.Size, Replicas: r.Buffers}}}
+			}
+		case "put_end":
+			if err = m.PutEnd(c.Client, c.Key); err == nil {
+				e = entry{Op: "end", Client: c.Client, Keys: []string{c.Key}}
+			}
+		case "put_revoke":
+			err = m.PutRevoke(c.Client, c.Key)
+		case "remove":
+			err = m.Remove(c.Key, c.Force)
+		case "remove_regex":
+			var n int
+			n, err = m.RemoveByRegex(c.Pattern, c.Force)
+			r.N = uint64(n)
+		case "remove_all":
+			r.N = uint64(m.RemoveAll(c.Force))
+		case "leave":
+			s.mu.Lock()
+			delete(s.beats, c.Client)
+			s.mu.Unlock()
+			m.ClientDown(c.Client)
+			e = entry{Op: "down", Client: c.Client}
+		}
+		return e
+	})
+	if jerr != nil {
+		return answer(reply{}, jerr)
+	}
+	return answer(r, err)
+}
+
+// batchChange runs a batch method that changes the pool and returns its answer and log entry.
+func (s *Server) batchChange(method string, c call) (any, entry) {
+	out, _ := s.batch(method, c)
+	r, ok := out.(reply)
+	if !ok || len(r.Items) != len(c.Keys) {
+		return out, entry{}
+	}
+	var e entry
+	switch method {
+	case "batch_put_start":
+		e = entry{Op: "start", Client: c.Client}
+		for i, it := range r.Items {
+			if it.Code == OK {
+				e.Objects = append(e.Objects, placed{Key: c.Keys[i], Size: c.Sizes[i], Replicas: it.Buffers})
+			}
+		}
+	case "batch_put_end":
+		e = entry{Op: "end", Client: c.Client}
+		for i, it := range r.Items {
+			if it.Code == OK {
+				e.Keys = append(e.Keys, c.Keys[i])
+			}
+		}
+	}
+	return out, e
 }
 
 // batch answers a batch method: one item per key, in order, each with its own code.
