@@ -293,7 +293,8 @@ int hmc_trans_free(uint64_t engine, uint64_t addr, int timeout_ms);
 /* op: 0 read (remote -> local), 1 write. notify_msg (NULL: none) reaches the peer after the
  * transfers completed. hmc_trans_submit returns a batch at once: hmc_trans_status gives
  * Mooncake's TransferStatusEnum (0 waiting, 1 pending, 4 completed, 5 timeout, 6 failed),
- * hmc_trans_wait its error and forgets it. */
+ * hmc_trans_wait its error and forgets it. hmc_trans_transfer's timeout_ms grows by 1 ms per MiB
+ * of the batch, as Mooncake's; an entry whose range runs past the address space fails it. */
 int hmc_trans_transfer(uint64_t engine, const char *peer, int op, const uint64_t *locals,
                        const uint64_t *remotes, const uint64_t *sizes, uint64_t n,
                        const char *notify_msg, int timeout_ms);

@@ -132,6 +132,11 @@ def test_batch_numpy_lists(side):
     bad[3] = -8
     with pytest.raises(ValueError, match=r"peer_buffer_addresses\[3\]"):
         te.batch_transfer_sync_write(target, srcs, bad, lens)
+    # A range that runs past the address space: the library refuses the batch, naming the entry.
+    wrap = np.array(dsts, dtype=np.uint64)
+    wrap[5] = (1 << 64) - 16
+    assert te.batch_transfer_sync_write(target, np.array(srcs, dtype=np.uint64), wrap, np.array(lens)) == -1
+    assert "entry 5" in te.last_error and "address space" in te.last_error, te.last_error
 
 
 def test_batch_async_write_read(side):

@@ -155,6 +155,31 @@ void hmc_post_put(uintptr_t w, uintptr_t ep, uintptr_t buf, size_t n, uint64_t r
 	ucp_worker_progress((ucp_worker_h)w);
 }
 
+// Posts n puts (put != 0) or gets, piece i between bufs[i] and the target's raddrs[i] under
+// rkeys[i], then one flush that completes them all: one cgo call for a vector. The pieces'
+// requests are released at once (UCX completes them anyway; the flush is what the caller
+// waits for). posted gets the first piece's failure (pst; later pieces are not posted) and the
+// flush's request and status (freq, fst); the flush is issued even after a failure, so that
+// every posted piece is complete when it is.
+void hmc_post_vec(uintptr_t w, uintptr_t ep, int put, int n, const uintptr_t *bufs, const size_t *lens,
+                  const uint64_t *raddrs, const uintptr_t *rkeys, uintptr_t posted) {
+	hmc_posted *r = (hmc_posted *)posted;
+	r->preq = NULL;
+	r->pst = UCS_OK;
+	for (int i = 0; i < n; i++) {
+		ucs_status_t st;
+		void *q = put ? hmc_put((ucp_ep_h)ep, (void *)bufs[i], lens[i], raddrs[i], (ucp_rkey_h)rkeys[i], NULL, &st)
+		              : hmc_get((ucp_ep_h)ep, (void *)bufs[i], lens[i], raddrs[i], (ucp_rkey_h)rkeys[i], NULL, &st);
+		if (st != UCS_OK) {
+			r->pst = st;
+			break;
+		}
+		if (q != NULL) ucp_request_free(q);
+	}
+	r->freq = hmc_flush((ucp_ep_h)ep, &r->fst);
+	ucp_worker_progress((ucp_worker_h)w);
+}
+
 // Progresses w until it has nothing more to do (64 rounds at most), then writes the status of
 // each of the n requests reqs[i] into st[i] and frees those that completed. Returns whether
 // anything progressed.

@@ -24,6 +24,8 @@ ucs_status_t hmc_req_status(void *r);
 void hmc_drain(ucp_worker_h w);
 void hmc_post_put(uintptr_t w, uintptr_t ep, uintptr_t buf, size_t n, uint64_t raddr, uintptr_t rkey,
                   uintptr_t memh, int flush, uintptr_t posted);
+void hmc_post_vec(uintptr_t w, uintptr_t ep, int put, int n, const uintptr_t *bufs, const size_t *lens,
+                  const uint64_t *raddrs, const uintptr_t *rkeys, uintptr_t posted);
 int hmc_poll(ucp_worker_h w, const uintptr_t *reqs, ucs_status_t *st, int n);
 char *hmc_resources(ucs_status_t *st);
 void *hmc_atomic(ucp_ep_h ep, int op, uint64_t *io, uint64_t raddr, ucp_rkey_h rkey, ucs_status_t *st);

@@ -9,8 +9,10 @@ import "C"
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -396,3 +398,96 @@ func (e *endpoint) linkReader() error {
 	_, err := io.Copy(io.Discard, e.link)
 	return err
 }
+
+// WriteVAsync implements transport.VectorRMA: every piece is checked and resolved first, then
+// posted in one call into UCX with one flush after them; the Op completes with the flush (every
+// piece visible at the target), or fails with the first piece UCX refused.
+func (e *endpoint) WriteVAsync(ctx context.Context, srcs [][]byte, dsts []transport.Remote) (*transport.Op, error) {
+	return e.vec(ctx, true, srcs, dsts)
+}
+
+// ReadVAsync implements transport.VectorRMA: the gets, then one flush (which completes them).
+func (e *endpoint) ReadVAsync(ctx context.Context, dsts [][]byte, srcs []transport.Remote) (*transport.Op, error) {
+	return e.vec(ctx, false, dsts, srcs)
+}
+
+func (e *endpoint) vec(ctx context.Context, put bool, bufs [][]byte, rem []transport.Remote) (*transport.Op, error) {
+	if len(bufs) != len(rem) {
+		return nil, fmt.Errorf("ucx: a vector of %d buffers and %d remote ranges: %w", len(bufs), len(rem), status.ErrInvalidConfig)
+	}
+	addrs := make([]C.uintptr_t, 0, len(bufs))
+	lens := make([]C.size_t, 0, len(bufs))
+	raddrs := make([]C.uint64_t, 0, len(bufs))
+	rkeys := make([]C.uintptr_t, 0, len(bufs))
+	var regs []*peerRegion // the distinct peer regions the pieces reach
+	for i, b := range bufs {
+		rt, err := e.targetOf(ctx, rem[i], uint64(len(b)))
+		if err != nil {
+			return nil, err
+		}
+		if len(b) == 0 {
+			continue
+		}
+		addrs = append(addrs, handle(unsafe.Pointer(unsafe.SliceData(b))))
+		lens = append(lens, C.size_t(len(b)))
+		raddrs = append(raddrs, C.uint64_t(rt.addr))
+		rkeys = append(rkeys, handle(unsafe.Pointer(rt.rkey)))
+		if rt.reg != nil && (len(regs) == 0 || regs[len(regs)-1] != rt.reg) && !slices.Contains(regs, rt.reg) {
+			regs = append(regs, rt.reg)
+		}
+	}
+	if len(addrs) == 0 {
+		return transport.Succeeded(), nil
+	}
+	w := e.w
+	w.users.Add(1)
+	w.pmu.Lock()
+	defer w.pmu.Unlock()
+	for _, r := range regs {
+		if err := e.refusedLocked(target{reg: r}); err != nil {
+			return transport.Failed(err), nil
+		}
+	}
+	if err := e.refusedLocked(target{}); err != nil {
+		return transport.Failed(err), nil
+	}
+	res := w.posted
+	C.hmc_post_vec(handle(unsafe.Pointer(w.w)), handle(unsafe.Pointer(e.ep)), cbool(put), C.int(len(addrs)),
+		&addrs[0], &lens[0], &raddrs[0], &rkeys[0], handle(unsafe.Pointer(res)))
+	var perr error
+	if res.pst != C.UCS_OK {
+		perr = ucsErr(map[bool]string{true: "put", false: "get"}[put], res.pst)
+	}
+	freq, fst := res.freq, res.fst
+	ops := e.batch // the flush covers the puts batched before it too
+	e.batch = nil
+	op := e.newOp(1)
+	switch {
+	case fst != C.UCS_OK:
+		err := ucsErr("flush", fst)
+		finishAll(ops, err)
+		op.Finish(errors.Join(perr, err))
+	case freq == nil: // complete at once (shared memory)
+		finishAll(ops, nil)
+		op.Finish(perr)
+	default:
+		for _, r := range regs {
+			r.inflight++ // the flush holds the regions' rkeys until every piece is complete
+		}
+		e.flushing++
+		w.add(&pend{req: freq, ep: e, what: "flush", flush: e, ops: ops, after: func(st C.ucs_status_t) {
+			for _, r := range regs {
+				r.inflight--
+			}
+			var ferr error
+			if st != C.UCS_OK {
+				ferr = ucsErr("flush", st)
+			}
+			op.Finish(errors.Join(perr, ferr))
+		}})
+		w.signalLocked()
+	}
+	return op, nil
+}
+
+var _ transport.VectorRMA = (*endpoint)(nil)

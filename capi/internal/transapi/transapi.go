@@ -225,9 +225,25 @@ func requests(op C.int, locals, remotes, sizes *C.uint64_t, n C.uint64_t) ([]tra
 	s := unsafe.Slice((*uint64)(unsafe.Pointer(sizes)), int(n))
 	reqs := make([]trans.Request, n)
 	for i := range reqs {
+		if l[i]+s[i] < l[i] || r[i]+s[i] < r[i] {
+			return nil, fmt.Errorf("hmc: entry %d: %d bytes at %#x (local) / %#x (peer) run past the address space: %w", i, s[i], l[i], r[i], status.ErrInvalidConfig)
+		}
 		reqs[i] = trans.Request{Op: trans.Opcode(op), Local: l[i], Remote: r[i], Size: s[i]}
 	}
 	return reqs, nil
+}
+
+// perMiB is Mooncake's allowance for a synchronous batch: timeoutMS plus 1 ms per MiB it
+// moves (timeoutMS 0: the default, left as it is).
+func perMiB(timeoutMS C.int, reqs []trans.Request) C.int {
+	if timeoutMS <= 0 {
+		return timeoutMS
+	}
+	var total uint64
+	for _, q := range reqs {
+		total += q.Size
+	}
+	return C.int(min(int64(timeoutMS)+int64(total>>20), 1<<31-1))
 }
 
 func notify(msg *C.char) *trans.Notify {
@@ -247,7 +263,7 @@ func hmc_trans_transfer(h C.uint64_t, peer *C.char, op C.int, locals, remotes, s
 		if err != nil {
 			return err
 		}
-		ctx, cancel := deadline(timeoutMS)
+		ctx, cancel := deadline(perMiB(timeoutMS, reqs))
 		defer cancel()
 		return en.e.Transfer(ctx, goString(peer), reqs, notify(notifyMsg))
 	})
