@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -74,7 +75,7 @@ others stand by and take over, with every segment and object, when the leader's 
 }
 
 func kvLendCmd() *cobra.Command {
-	var master, segment string
+	var master, segment, host string
 	cmd := &cobra.Command{
 		Use:   "lend",
 		Short: "join the pool as a client that lends a segment of its memory, and stay",
@@ -85,7 +86,7 @@ func kvLendCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := kv.NewClient(ctx, kv.ClientConfig{Master: master, SegmentSize: size})
+			c, err := kv.NewClient(ctx, kv.ClientConfig{Master: master, SegmentSize: size, UniqueID: hostPort(host)})
 			if err != nil {
 				return err
 			}
@@ -96,16 +97,26 @@ func kvLendCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&master, "master", "127.0.0.1:50051", "the master's address")
+	cmd.Flags().StringVar(&master, "master", "127.0.0.1:50051", "the master's address, or the masters' store (tcp://…, etcd://…)")
 	cmd.Flags().StringVar(&segment, "segment-size", "1GiB", "memory lent to the pool")
+	cmd.Flags().StringVar(&host, "local-hostname", "127.0.0.1", "the address peers reach this client's segment at (ip or ip:port)")
 	return cmd
+}
+
+// hostPort is h with port 0 when it has none.
+func hostPort(h string) string {
+	if _, _, err := net.SplitHostPort(h); err == nil {
+		return h
+	}
+	return net.JoinHostPort(h, "0")
 }
 
 func kvBenchCmd() *cobra.Command {
 	var (
-		sizes    string
-		duration time.Duration
-		batch    int
+		sizes, host string
+		duration    time.Duration
+		batch       int
+		external    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -124,17 +135,29 @@ beside the transfer engine's batch write and read of the same replicas.`,
 				return err
 			}
 			m := kv.NewMaster(kv.MasterConfig{LeaseTTL: benchLease})
-			srv, err := kv.Serve(m, kv.ServerConfig{Addr: "127.0.0.1:0"})
+			srv, err := kv.Serve(m, kv.ServerConfig{Addr: hostPort(host)})
 			if err != nil {
 				return err
 			}
 			defer srv.Close()
-			child, _, err := startReadyChild(ctx, "kv bench: the lending client", "kv", "lend", "--master", srv.Addr(), "--segment-size", "1GiB")
-			if err != nil {
-				return err
+			if external {
+				fmt.Fprintln(cmd.OutOrStdout(), "MASTER", srv.Addr()) // start: hmc kv lend --master <addr>
+				_ = os.Stdout.Sync()
+				deadline := time.Now().Add(60 * time.Second)
+				for m.Stats().Segments == 0 {
+					if time.Now().After(deadline) {
+						return fmt.Errorf("kv bench: no client lent a segment to %s within 60 s", srv.Addr())
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			} else {
+				child, _, err := startReadyChild(ctx, "kv bench: the lending client", "kv", "lend", "--master", srv.Addr(), "--segment-size", "1GiB", "--local-hostname", host)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
 			}
-			defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
-			c, err := kv.NewClient(ctx, kv.ClientConfig{Master: srv.Addr()})
+			c, err := kv.NewClient(ctx, kv.ClientConfig{Master: srv.Addr(), UniqueID: hostPort(host)})
 			if err != nil {
 				return err
 			}
@@ -171,6 +194,8 @@ beside the transfer engine's batch write and read of the same replicas.`,
 	cmd.Flags().StringVar(&sizes, "sizes", "4KiB,64KiB,4MiB", "object sizes (a list)")
 	cmd.Flags().DurationVar(&duration, "duration", 2*time.Second, "time per measurement")
 	cmd.Flags().IntVar(&batch, "batch", 0, "objects per batch call in a second table (0: none)")
+	cmd.Flags().StringVar(&host, "local-hostname", "127.0.0.1", "the address of the master and this client (and the child's)")
+	cmd.Flags().BoolVar(&external, "external-lender", false, `print "MASTER <addr>" and wait for a lending client started elsewhere (another namespace or host) instead of a child`)
 	return cmd
 }
 
