@@ -260,3 +260,97 @@ func TestTwoProcesses(t *testing.T) {
 		t.Fatalf("the pool after a died: %+v", s)
 	}
 }
+
+// Eviction under memory pressure, across processes: a client in another process lends the
+// pool's only segment (32 MiB); this process keeps one object leased by reading it every
+// 100 ms while another client puts three times the pool's size. Puts succeed by evicting, the
+// leased object survives every eviction, every object still listed reads back byte for byte,
+// and once no one reads it the leased object is evicted in turn and its gets fail typed.
+func TestEvictionUnderPressure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	m := NewMaster(MasterConfig{LeaseTTL: 300 * time.Millisecond})
+	srv, err := Serve(m, ServerConfig{Addr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	stdin, lines := childtest.Start(t, cmd, 16, "HMC_KV_CHILD=client", "HMC_KV_MASTER="+srv.Addr())
+	defer stdin.Close()
+	select {
+	case l := <-lines:
+		if !strings.HasPrefix(l, "READY") {
+			t.Fatalf("child said %q", l)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("child did not start")
+	}
+	reader, err := NewClient(ctx, ClientConfig{Master: srv.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	writer, err := NewClient(ctx, ClientConfig{Master: srv.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	const size = 1 << 20
+	hot := pattern(7, size)
+	if err := writer.Put(ctx, "hot", hot, 1); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	readErr := make(chan error, 1)
+	go func() { // the reader keeps "hot" leased
+		defer close(readErr)
+		for {
+			got, err := reader.Get(ctx, "hot")
+			if err != nil || !bytes.Equal(got, hot) {
+				readErr <- fmt.Errorf("get of the leased object: %d bytes, %v", len(got), err)
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	time.Sleep(50 * time.Millisecond) // the first get holds the lease
+	for i := 0; i < 96; i++ {
+		if err := writer.Put(ctx, fmt.Sprint("cold/", i), pattern(100+i, size), 1); err != nil {
+			t.Fatalf("put %d under pressure: %v", i, err)
+		}
+		if i%16 == 15 {
+			time.Sleep(120 * time.Millisecond) // the reader renews its lease in between
+		}
+	}
+	close(stop)
+	if err := <-readErr; err != nil {
+		t.Fatal(err)
+	}
+	evicted := 0
+	for i := 0; i < 96; i++ {
+		got, err := writer.Get(ctx, fmt.Sprint("cold/", i))
+		switch {
+		case CodeOf(err) == ObjectNotFound:
+			evicted++
+		case err != nil || !bytes.Equal(got, pattern(100+i, size)):
+			t.Fatalf("cold/%d: %d bytes, %v", i, len(got), err)
+		}
+	}
+	if evicted < 60 {
+		t.Fatalf("%d of 96 objects evicted from a 32-object pool", evicted)
+	}
+	time.Sleep(400 * time.Millisecond) // every lease has ended
+	for i := 96; i < 200 && m.Exist("hot"); i++ {
+		if err := writer.Put(ctx, fmt.Sprint("cold/", i), pattern(100+i, size), 1); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+	}
+	if _, err := writer.Get(ctx, "hot"); CodeOf(err) != ObjectNotFound {
+		t.Fatalf("the unleased hot object after more puts: %v", err)
+	}
+}
