@@ -75,7 +75,8 @@ others stand by and take over, with every segment and object, when the leader's 
 }
 
 func kvLendCmd() *cobra.Command {
-	var master, segment, host string
+	var master, segment, host, mem string
+	var device int
 	cmd := &cobra.Command{
 		Use:   "lend",
 		Short: "join the pool as a client that lends a segment of its memory, and stay",
@@ -86,7 +87,11 @@ func kvLendCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := kv.NewClient(ctx, kv.ClientConfig{Master: master, SegmentSize: size, UniqueID: hostPort(host)})
+			mt, err := memory.ParseType(mem)
+			if err != nil {
+				return err
+			}
+			c, err := kv.NewClient(ctx, kv.ClientConfig{Master: master, SegmentSize: size, UniqueID: hostPort(host), SegmentMemory: mt, SegmentDevice: device})
 			if err != nil {
 				return err
 			}
@@ -100,6 +105,8 @@ func kvLendCmd() *cobra.Command {
 	cmd.Flags().StringVar(&master, "master", "127.0.0.1:50051", "the master's address, or the masters' store (tcp://…, etcd://…)")
 	cmd.Flags().StringVar(&segment, "segment-size", "1GiB", "memory lent to the pool")
 	cmd.Flags().StringVar(&host, "local-hostname", "127.0.0.1", "the address peers reach this client's segment at (ip or ip:port)")
+	cmd.Flags().StringVar(&mem, "segment-mem", "cpu", "where the segment lives: cpu, or a device's memory (cuda, hip)")
+	cmd.Flags().IntVar(&device, "device", 0, "the device of a device segment")
 	return cmd
 }
 

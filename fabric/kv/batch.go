@@ -390,8 +390,8 @@ func (c *Client) run(ctx context.Context, t *transfers, local []func() error, lo
 
 // own checks that a replica buffer the master named as this client's lies in its segment.
 func (c *Client) own(b Buffer) error {
-	base := memory.AddrOf(c.segMem)
-	if b.Segment != c.segment || b.Addr < base || b.Addr+b.Size < b.Addr || b.Addr+b.Size > base+uint64(len(c.segMem)) {
+	base := c.segBase
+	if b.Segment != c.segment || b.Addr < base || b.Addr+b.Size < b.Addr || b.Addr+b.Size > base+c.segSize {
 		return fmt.Errorf("replica [%#x, +%d) is not in this client's segment: %w", b.Addr, b.Size, status.ErrProtocol)
 	}
 	return nil

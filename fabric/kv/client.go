@@ -31,6 +31,12 @@ type ClientConfig struct {
 	// SegmentSize is the memory this client lends to the pool (0: none, a client that only
 	// puts and gets).
 	SegmentSize uint64
+	// SegmentMemory is where the segment lives: CPU (the default: shareable host memory) or a
+	// device's memory (memory.NvidiaGPU, memory.AMDGPU) on SegmentDevice, registered with the
+	// transfer engine as device memory (peers on this host reach it by IPC, others through
+	// staging).
+	SegmentMemory memory.Type
+	SegmentDevice int
 	// Kinds are the transports, in order (default: the transfer engine's).
 	Kinds []transport.ConnType
 	// Heartbeat is how often the client tells the master it lives (default 2 s, and at most a
@@ -50,7 +56,9 @@ type Client struct {
 	rpc     *rpc.Client
 	id      string // the engine's unique id: the client's name at the master
 	segment string // the segment it lends, "" for none
-	segMem  []byte // its memory
+	segBase uint64 // its memory: segSize bytes at segBase
+	segSize uint64
+	segDev  *memory.Memory // a device segment's allocator (nil: host memory from the engine)
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	once    sync.Once
@@ -98,6 +106,9 @@ func NewClient(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
 				_ = c.st.Close()
 			}
 			_ = e.Close()
+			if c.segDev != nil {
+				_ = c.segDev.Close()
+			}
 		}
 	}()
 	if strings.Contains(cfg.Master, "://") {
@@ -110,12 +121,11 @@ func NewClient(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
 	}
 	var r reply
 	if cfg.SegmentSize > 0 {
-		base, err := e.Malloc(cfg.SegmentSize)
+		base, err := c.lend(cfg)
 		if err != nil {
 			return nil, err
 		}
-		c.segment, c.segMem = c.id, memory.HostSlice(memory.Ptr(base), cfg.SegmentSize)
-		memory.Prefault(c.segMem)
+		c.segment, c.segBase, c.segSize = c.id, base, cfg.SegmentSize
 		if r, err = c.call(ctx, "mount", call{Segment: Segment{Name: c.segment, Base: base, Size: cfg.SegmentSize}}); err != nil {
 			return nil, err
 		}
@@ -128,6 +138,32 @@ func NewClient(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
 	c.wg.Add(1)
 	go c.heartbeat() // owned by c: Close stops it
 	return c, nil
+}
+
+// lend allocates the segment: host memory from the engine (populated now, as RDMA
+// registration does), or device memory registered with it.
+func (c *Client) lend(cfg ClientConfig) (uint64, error) {
+	if cfg.SegmentMemory == memory.Default || cfg.SegmentMemory == memory.CPU {
+		base, err := c.e.Malloc(cfg.SegmentSize)
+		if err == nil {
+			memory.Prefault(memory.HostSlice(memory.Ptr(base), cfg.SegmentSize))
+		}
+		return base, err
+	}
+	m, err := memory.New(cfg.SegmentDevice, cfg.SegmentMemory)
+	if err != nil {
+		return 0, fail(InvalidParams, "a %v segment on device %d: %v", cfg.SegmentMemory, cfg.SegmentDevice, err)
+	}
+	b, err := m.Alloc(cfg.SegmentSize)
+	if err == nil {
+		err = c.e.Register(uint64(b.Ptr()), cfg.SegmentSize)
+	}
+	if err != nil {
+		_ = m.Close()
+		return 0, fail(InvalidParams, "a %v segment of %d bytes on device %d: %v", cfg.SegmentMemory, cfg.SegmentSize, cfg.SegmentDevice, err)
+	}
+	c.segDev = m
+	return uint64(b.Ptr()), nil
 }
 
 // ID is the client's name at the master (its transfer engine's unique id).
@@ -277,6 +313,9 @@ func (c *Client) Close() error {
 			lerr = errors.Join(lerr, c.st.Close())
 		}
 		err = errors.Join(lerr, c.e.Close())
+		if c.segDev != nil {
+			err = errors.Join(err, c.segDev.Close()) // after the engine: no peer reaches it now
+		}
 	})
 	return err
 }

@@ -16,7 +16,10 @@ import (
 
 	"github.com/hmc-go/hmc/internal/childtest"
 	"github.com/hmc-go/hmc/internal/etcdtest"
+	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+	"github.com/hmc-go/hmc/transport/transporttest"
 )
 
 func TestMain(m *testing.M) {
@@ -44,7 +47,12 @@ func pattern(seed, n int) []byte {
 // <replicas>" and "get <key> <seed> <n>" answer "ok" or "bad <why>".
 func child() int {
 	ctx := context.Background()
-	c, err := NewClient(ctx, ClientConfig{Master: os.Getenv("HMC_KV_MASTER"), SegmentSize: 32 << 20, Heartbeat: 100 * time.Millisecond})
+	cfg := ClientConfig{Master: os.Getenv("HMC_KV_MASTER"), SegmentSize: 32 << 20, Heartbeat: 100 * time.Millisecond}
+	memory.SetEmulateGPU(os.Getenv(memory.EmulateGPUEnv) == "1") // as cmd/hmc and the C library do
+	if os.Getenv("HMC_KV_SEGMENT") == "cuda" {
+		cfg.SegmentMemory = memory.NvidiaGPU // emulated where HMC_EMULATE_GPU=1
+	}
+	c, err := NewClient(ctx, cfg)
 	if err != nil {
 		fmt.Println("FAIL", err)
 		return 1
@@ -352,5 +360,86 @@ func TestEvictionUnderPressure(t *testing.T) {
 	}
 	if _, err := writer.Get(ctx, "hot"); CodeOf(err) != ObjectNotFound {
 		t.Fatalf("the unleased hot object after more puts: %v", err)
+	}
+}
+
+// A client lends device memory (a real GPU's, or the emulation's, where a host access to it
+// would crash): another process puts objects into it and reads them back, over shared memory
+// (device IPC) and over TCP (staging), and the lender reads them (and writes its own) through
+// device copies; every byte checked on both sides.
+func TestDeviceSegment(t *testing.T) {
+	if memory.Probe(memory.NvidiaGPU) != nil {
+		transporttest.EmulateGPU(t)
+	}
+	for _, tc := range []struct {
+		name  string
+		kinds []transport.ConnType
+	}{{"shm", nil}, {"tcp", []transport.ConnType{transport.TCP}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			m := NewMaster(MasterConfig{LeaseTTL: time.Second})
+			srv, err := Serve(m, ServerConfig{Addr: "127.0.0.1:0"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			stdin, lines := childtest.Start(t, cmd, 16, "HMC_KV_CHILD=client", "HMC_KV_MASTER="+srv.Addr(), "HMC_KV_SEGMENT=cuda")
+			defer stdin.Close()
+			select {
+			case l := <-lines:
+				if !strings.HasPrefix(l, "READY") {
+					t.Fatalf("child said %q", l)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("child did not start")
+			}
+			ask := func(l string) string {
+				t.Helper()
+				if _, err := io.WriteString(stdin, l+"\n"); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case r := <-lines:
+					return r
+				case <-time.After(20 * time.Second):
+					t.Fatalf("%s: no answer", l)
+				}
+				return ""
+			}
+			d, err := NewClient(ctx, ClientConfig{Master: srv.Addr(), Kinds: tc.kinds})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			const count, n = 16, 64<<10 + 9
+			vals := make([][]byte, count)
+			items := make([]Item, count)
+			for i := range items {
+				vals[i] = pattern(i, n)
+				items[i] = Item{Key: fmt.Sprint("dev/", i), Parts: []Span{SpanOf(vals[i][:n/2]), SpanOf(vals[i][n/2:])}}
+			}
+			for i, err := range d.BatchPut(ctx, items, PutOptions{Replicas: 1}) {
+				if err != nil {
+					t.Fatalf("put %d into the device segment: %v", i, err)
+				}
+			}
+			for _, i := range []int{0, 7, 15} {
+				if r := ask(fmt.Sprintf("get dev/%d %d %d", i, i, n)); r != "ok" {
+					t.Fatalf("the lender's get of dev/%d: %s", i, r)
+				}
+			}
+			if r := ask(fmt.Sprintf("bget dev/ %d %d", count, n)); r != "ok" {
+				t.Fatalf("the lender's batch get: %s", r)
+			}
+			if r := ask("put own 5 3000001 1"); r != "ok" {
+				t.Fatalf("the lender's put into its device segment: %s", r)
+			}
+			got, err := d.Get(ctx, "own")
+			if err != nil || !bytes.Equal(got, pattern(5, 3000001)) {
+				t.Fatalf("get from the device segment: %d bytes, %v", len(got), err)
+			}
+		})
 	}
 }
