@@ -3,6 +3,7 @@ package kv
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -130,5 +131,56 @@ func TestMasterFailover(t *testing.T) {
 	}
 	if err := a.Put(ctx, "one/1", []byte("x"), 1); CodeOf(err) != ObjectAlreadyExists {
 		t.Fatalf("a key the old leader stored: %v", err)
+	}
+}
+
+// A new leader reads each older epoch's log only up to the end its successor recorded: what a
+// deposed leader wrote after it was replaced is never applied (its clients' changes in that
+// window are lost, never mixed into the new leader's state).
+func TestLoadPoolHonoursEpochEnds(t *testing.T) {
+	srv, err := store.Listen("tcp://127.0.0.1:0", store.ServerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := store.Open(ctx, srv.URL(), store.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const pfx = "kv/p/"
+	seg := Segment{Name: "s", Client: "C", Base: 1 << 30, Size: 1 << 20}
+	obj := func(k string, off uint64) []placed {
+		return []placed{{Key: k, Size: 4096, Replicas: []Buffer{{Client: "C", Segment: "s", Addr: seg.Base + off, Size: 4096}}}}
+	}
+	log := map[string]entry{
+		"log/1/1": {Op: "mount", Segment: seg},
+		"log/1/2": {Op: "start", Client: "C", Objects: obj("a", 0)},
+		"log/1/3": {Op: "end", Client: "C", Keys: []string{"a"}},
+		"log/1/4": {Op: "start", Client: "C", Objects: obj("zombie", 8192)}, // after end/1: the deposed leader's
+		"log/2/1": {Op: "start", Client: "C", Objects: obj("b", 8192)},
+		"log/2/2": {Op: "end", Client: "C", Keys: []string{"b"}},
+	}
+	for k, e := range log {
+		b, _ := json.Marshal(e)
+		if err := st.Set(ctx, pfx+k, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Set(ctx, pfx+"end/1", []byte("3")); err != nil {
+		t.Fatal(err)
+	}
+	m := NewMaster(MasterConfig{})
+	ranges, err := loadPool(ctx, st, pfx, m, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ranges) != 2 || ranges[0] != (logRange{1, 3}) || ranges[1] != (logRange{2, 2}) {
+		t.Fatalf("ranges %+v", ranges)
+	}
+	if !m.Exist("a") || !m.Exist("b") || m.Stats().Objects != 2 {
+		t.Fatalf("state after replay: a %v b %v, %+v", m.Exist("a"), m.Exist("b"), m.Stats())
 	}
 }

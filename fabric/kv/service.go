@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hmc-go/hmc/fabric/internal/rpc"
@@ -37,9 +38,16 @@ type Server struct {
 	mu    sync.Mutex
 	beats map[string]time.Time // client -> last heartbeat; guarded by mu
 
-	jmu  sync.Mutex // orders changes and their log entries (HA)
-	lost leaderState
+	jmu     sync.Mutex // orders changes and their log entries (HA)
+	lost    leaderState
+	waiting atomic.Bool // a new leader loading the pool's state: it answers nothing yet
 }
+
+// errTakingOver answers requests that reach a new leader before it has loaded the pool.
+var errTakingOver = &Error{Code: RPCFail, Msg: "this master is taking over the pool and does not serve yet"}
+
+// markReady lets a new leader answer.
+func (s *Server) markReady() { s.waiting.Store(false) }
 
 // leading is nil while the server may answer: always without a journal, and with one until
 // a log write failed.
@@ -88,6 +96,7 @@ func Serve(m *Master, cfg ServerConfig) (*Server, error) {
 		cfg.Timeout = 10 * time.Second
 	}
 	s := &Server{m: m, cfg: cfg, stop: make(chan struct{}), beats: map[string]time.Time{}}
+	s.waiting.Store(cfg.journal != nil) // a leader answers once it has loaded the pool (markReady)
 	srv, err := rpc.Listen(cfg.Addr, s.handle, cfg.Timeout, cfg.Secret)
 	if err != nil {
 		return nil, fmt.Errorf("kv: master: %w", err)
@@ -226,6 +235,9 @@ func (s *Server) handle(_ context.Context, method string, body json.RawMessage) 
 	var c call
 	if err := json.Unmarshal(body, &c); err != nil {
 		return nil, fmt.Errorf("kv: %s: %w: %w", method, status.ErrProtocol, err)
+	}
+	if s.waiting.Load() {
+		return answer(reply{}, errTakingOver)
 	}
 	if err := s.leading(); err != nil {
 		return answer(reply{}, err)
