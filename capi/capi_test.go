@@ -152,3 +152,47 @@ func TestSmemShmAndTransTwoProcesses(t *testing.T) {
 	}
 	runRanks(t, cmds, 0)
 }
+
+// TestKVPoolCTwoProcesses runs the pool's C face (examples/kv_pool.c) as two processes: one
+// serves a master and lends a segment holding objects it put from gathered parts, the other
+// reads them scattered, puts and reads its own, and checks Mooncake's codes.
+func TestKVPoolCTwoProcesses(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skipf("no C compiler (cc) to build the C test: %v", err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	build := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-o", filepath.Join(dir, "libhmc.so"), ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -buildmode=c-shared: %v\n%s", err, out)
+	}
+	bin := filepath.Join(dir, "kv_pool")
+	compile := exec.CommandContext(ctx, cc, "-O1", "-Wall", "-Wextra", "-Werror", "-o", bin, "examples/kv_pool.c",
+		"-I", "include", "-L", dir, "-lhmc", "-Wl,-rpath,"+dir)
+	if out, err := compile.CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, out)
+	}
+	lender := exec.CommandContext(ctx, bin, "lend")
+	lender.Stderr = os.Stderr
+	in, _ := lender.StdinPipe()
+	out, _ := lender.StdoutPipe()
+	if err := lender.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lender.Process.Kill(); _ = lender.Wait() }()
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "READY ") {
+		t.Fatalf("lender said %q", sc.Text())
+	}
+	user := exec.CommandContext(ctx, bin, "use", strings.Fields(sc.Text())[1])
+	userOut, err := user.CombinedOutput()
+	if err != nil || !strings.Contains(string(userOut), "all checks passed") {
+		t.Fatalf("user: %v\n%s", err, userOut)
+	}
+	_ = in.Close()
+	if err := lender.Wait(); err != nil {
+		t.Fatalf("lender: %v", err)
+	}
+}
