@@ -32,6 +32,7 @@ command that serves one on its own.
 import array
 import ctypes
 import mmap
+import re
 import struct
 
 from . import _b
@@ -145,6 +146,21 @@ class MooncakeHostMemAllocator:
         return 0
 
 
+def _byte_size(s):
+    """Mooncake's size syntax (utils.h try_string_to_byte_size): bytes, or a number and a unit
+    K/KB, M/MB, G/GB, T/TB (1024-based, case-insensitive, spaces allowed), "infinite"; None when
+    it is not one (a percentage, say)."""
+    s = str(s).strip()
+    if s == "infinite":
+        return (1 << 64) - 1
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)", s)
+    if not m:
+        return None
+    mult = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "G": 1 << 30, "GB": 1 << 30,
+            "T": 1 << 40, "TB": 1 << 40}.get(m.group(2).upper())
+    return None if mult is None else int(float(m.group(1)) * mult)
+
+
 def _replicas(config):
     if config is None:
         return 1
@@ -230,8 +246,12 @@ class MooncakeDistributedStore:
             cfg = {k: str(v) for k, v in local_hostname.items()}
             if "local_hostname" not in cfg or "metadata_server" not in cfg:
                 return self._fail("setup: the config needs local_hostname and metadata_server")
-            return self.setup(cfg["local_hostname"], cfg["metadata_server"],
-                              int(cfg.get("global_segment_size", 16 << 20)), int(cfg.get("local_buffer_size", 16 << 20)),
+            seg = _byte_size(cfg.get("global_segment_size", str(16 << 20)))
+            buf = _byte_size(cfg.get("local_buffer_size", str(16 << 20)))
+            if seg is None or buf is None:
+                return self._fail(f"setup: sizes {cfg.get('global_segment_size')!r}, {cfg.get('local_buffer_size')!r} "
+                                  "(bytes, or a number with K, KB, M, MB, G, GB, T, TB)")
+            return self.setup(cfg["local_hostname"], cfg["metadata_server"], seg, buf,
                               cfg.get("protocol", "tcp"), cfg.get("rdma_devices", ""),
                               cfg.get("master_server_addr", "127.0.0.1:50051"),
                               enable_ssd_offload=cfg.get("enable_ssd_offload", "false").lower() in ("1", "true"),
