@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/signal"
 	"runtime"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -124,6 +126,7 @@ func kvBenchCmd() *cobra.Command {
 		duration    time.Duration
 		batch       int
 		external    bool
+		clients     int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -131,9 +134,11 @@ func kvBenchCmd() *cobra.Command {
 		Long: `A master runs here and a lending client ("hmc kv lend") as a child process; this process, a
 client without a segment, puts objects (one replica, in the child's segment) and gets them,
 then writes and reads the same bytes at one replica with the transfer engine alone, and times
-metadata operations (exist) on the master. With --batch N, a second table puts and gets N
-objects per call (batch_put_from / batch_get_into: one master call and one transfer batch)
-beside the transfer engine's batch write and read of the same replicas.`,
+metadata operations (exist) on the master. With --clients N, N clients (each with its own
+transfer engine) put, get and call the master at once, and the rows sum them. With --batch N,
+a second table puts and gets N objects per call (batch_put_from / batch_get_into: one master
+call and one transfer batch) beside the transfer engine's batch write and read of the same
+replicas.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
@@ -164,15 +169,23 @@ beside the transfer engine's batch write and read of the same replicas.`,
 				}
 				defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
 			}
-			c, err := kv.NewClient(ctx, kv.ClientConfig{Master: srv.Addr(), UniqueID: hostPort(host)})
-			if err != nil {
-				return err
+			if clients < 1 {
+				return fmt.Errorf("kv bench: --clients %d (at least 1)", clients)
 			}
-			defer c.Close()
+			var cs []*kv.Client
+			for range clients {
+				c, err := kv.NewClient(ctx, kv.ClientConfig{Master: srv.Addr(), UniqueID: hostPort(host)})
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				cs = append(cs, c)
+			}
+			c := cs[0]
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 4, 0, 2, ' ', 0)
 			fmt.Fprintln(w, "size\tput GB/s\ttrans write GB/s\tput/write\tget GB/s\ttrans read GB/s\tget/read")
 			for _, size := range list {
-				r, err := kvBenchSize(ctx, c, size, duration)
+				r, err := kvBenchSize(ctx, cs, size, duration)
 				if err != nil {
 					return err
 				}
@@ -190,17 +203,18 @@ beside the transfer engine's batch write and read of the same replicas.`,
 				}
 				_ = w.Flush()
 			}
-			ops, err := kvMetaOps(ctx, c, duration)
+			ops, err := kvPar(cs, 1e9, func(_ int, c *kv.Client) (int, error) { return kvMetaOps(ctx, c, duration) })
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "metadata: %.0f exist calls/s (one client, one at a time)\n", ops)
+			fmt.Fprintf(cmd.OutOrStdout(), "metadata: %.0f exist calls/s (%d clients at once, each one call at a time)\n", ops, len(cs))
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&sizes, "sizes", "4KiB,64KiB,4MiB", "object sizes (a list)")
 	cmd.Flags().DurationVar(&duration, "duration", 2*time.Second, "time per measurement")
 	cmd.Flags().IntVar(&batch, "batch", 0, "objects per batch call in a second table (0: none)")
+	cmd.Flags().IntVar(&clients, "clients", 1, "clients putting and getting at once in the first table (each with its own engine and objects; the rows sum them)")
 	cmd.Flags().StringVar(&host, "local-hostname", "127.0.0.1", "the address of the master and this client (and the child's)")
 	cmd.Flags().BoolVar(&external, "external-lender", false, `print "MASTER <addr>" and wait for a lending client started elsewhere (another namespace or host) instead of a child`)
 	return cmd
@@ -292,84 +306,127 @@ func kvBenchBatch(ctx context.Context, c *kv.Client, size uint64, count int, d t
 // removed soon after their gets.
 const benchLease = 200 * time.Millisecond
 
-// kvBenchSize returns put, trans write, get and trans read GB/s for objects of size bytes.
-func kvBenchSize(ctx context.Context, c *kv.Client, size uint64, d time.Duration) ([4]float64, error) {
+// kvBenchSize returns put, trans write, get and trans read GB/s for objects of size bytes, the
+// clients all at once (each on its own objects), summed.
+func kvBenchSize(ctx context.Context, cs []*kv.Client, size uint64, d time.Duration) ([4]float64, error) {
 	var r [4]float64
 	val := make([]byte, size)
 	for i := range val {
 		val[i] = byte(i * 7)
 	}
-	rate := func(n int, el time.Duration) float64 { return float64(uint64(n)*size) / el.Seconds() / 1e9 }
+	quota := (512 << 20) / uint64(len(cs)) // bytes of objects per client
 	// An untimed pass first: the first write into a peer's page takes a page fault in the
 	// writer (3 GB/s first touch against 25 warm, in C on the 2-vCPU VM), and the engine's rows
 	// below write pages the puts touched. Both sides are timed on the same, warm, memory; the
 	// second pass's puts land where the first's did (the allocator is first fit).
-	for i := 0; uint64(i+1)*size < 512<<20; i++ {
-		if err := c.Put(ctx, fmt.Sprintf("warm-%d-%d", size, i), val, 1); err != nil {
-			return r, err
+	if _, err := kvPar(cs, size, func(i int, c *kv.Client) (int, error) {
+		for j := 0; uint64(j+1)*size <= quota; j++ {
+			if err := c.Put(ctx, fmt.Sprintf("warm-%d-%d-%d", size, i, j), val, 1); err != nil {
+				return j, err
+			}
 		}
-	}
-	if _, err := c.RemoveAll(ctx, true); err != nil {
+		return 0, nil
+	}); err != nil {
 		return r, err
 	}
-	var keys []string
-	start := time.Now()
-	for time.Since(start) < d && uint64(len(keys)+1)*size < 512<<20 {
-		k := fmt.Sprintf("bench-%d-%d", size, len(keys))
-		if err := c.Put(ctx, k, val, 1); err != nil {
-			return r, err
-		}
-		keys = append(keys, k)
+	if _, err := cs[0].RemoveAll(ctx, true); err != nil {
+		return r, err
 	}
-	r[0] = rate(len(keys), time.Since(start))
+	keys := make([][]string, len(cs))
+	var err error
+	if r[0], err = kvPar(cs, size, func(i int, c *kv.Client) (int, error) {
+		start := time.Now()
+		for time.Since(start) < d && uint64(len(keys[i])+1)*size <= quota {
+			k := fmt.Sprintf("bench-%d-%d-%d", size, i, len(keys[i]))
+			if err := c.Put(ctx, k, val, 1); err != nil {
+				return len(keys[i]), err
+			}
+			keys[i] = append(keys[i], k)
+		}
+		return len(keys[i]), nil
+	}); err != nil {
+		return r, err
+	}
 	// The transfer engine's peer rows write and read the same replicas, in the same order: the
 	// same memory, so that neither side is timed on hotter caches than the other.
-	at := make([]kv.Buffer, len(keys))
-	for i, k := range keys {
-		reps, err := c.Replicas(ctx, k)
-		if err != nil {
-			return r, err
-		}
-		at[i] = reps[0]
-	}
-	e := c.Engine()
-	n := 0
-	for start = time.Now(); time.Since(start) < d; n++ {
-		b := at[n%len(at)]
-		if err := e.Write(ctx, b.Client, memory.AddrOf(val), b.Addr, size); err != nil {
-			return r, err
+	at := make([][]kv.Buffer, len(cs))
+	for i, c := range cs {
+		for _, k := range keys[i] {
+			reps, err := c.Replicas(ctx, k)
+			if err != nil {
+				return r, err
+			}
+			at[i] = append(at[i], reps[0])
 		}
 	}
-	r[1] = rate(n, time.Since(start))
-	dst := make([]byte, size)
-	n = 0
-	for start = time.Now(); time.Since(start) < d; n++ {
-		if _, err := c.GetInto(ctx, keys[n%len(keys)], dst); err != nil {
-			return r, err
+	cycle := func(do func(i int, c *kv.Client, n int) error) func(int, *kv.Client) (int, error) {
+		return func(i int, c *kv.Client) (int, error) {
+			n := 0
+			for start := time.Now(); time.Since(start) < d; n++ {
+				if err := do(i, c, n); err != nil {
+					return n, err
+				}
+			}
+			return n, nil
 		}
 	}
-	r[2] = rate(n, time.Since(start))
-	n = 0
-	for start = time.Now(); time.Since(start) < d; n++ {
-		b := at[n%len(at)]
-		if err := e.Read(ctx, b.Client, memory.AddrOf(dst), b.Addr, size); err != nil {
-			return r, err
-		}
+	if r[1], err = kvPar(cs, size, cycle(func(i int, c *kv.Client, n int) error {
+		b := at[i][n%len(at[i])]
+		return c.Engine().Write(ctx, b.Client, memory.AddrOf(val), b.Addr, size)
+	})); err != nil {
+		return r, err
 	}
-	r[3] = rate(n, time.Since(start))
+	dsts := make([][]byte, len(cs))
+	for i := range dsts {
+		dsts[i] = make([]byte, size)
+	}
+	if r[2], err = kvPar(cs, size, cycle(func(i int, c *kv.Client, n int) error {
+		_, err := c.GetInto(ctx, keys[i][n%len(keys[i])], dsts[i])
+		return err
+	})); err != nil {
+		return r, err
+	}
+	if r[3], err = kvPar(cs, size, cycle(func(i int, c *kv.Client, n int) error {
+		b := at[i][n%len(at[i])]
+		return c.Engine().Read(ctx, b.Client, memory.AddrOf(dsts[i]), b.Addr, size)
+	})); err != nil {
+		return r, err
+	}
+	runtime.KeepAlive(dsts)
 	time.Sleep(benchLease + 50*time.Millisecond) // the gets' leases end
-	_, err := c.RemoveAll(ctx, false)
+	_, err = cs[0].RemoveAll(ctx, false)
 	return r, err
 }
 
-// kvMetaOps times exist calls on the master.
-func kvMetaOps(ctx context.Context, c *kv.Client, d time.Duration) (float64, error) {
-	n := 0
+// kvPar runs f for every client at once and returns the GB/s of the objects of size bytes they
+// counted over the time the slowest took.
+func kvPar(cs []*kv.Client, size uint64, f func(i int, c *kv.Client) (int, error)) (float64, error) {
+	counts, errs := make([]int, len(cs)), make([]error, len(cs))
+	var wg sync.WaitGroup
 	start := time.Now()
-	for ; time.Since(start) < d; n++ {
+	for i, c := range cs {
+		wg.Add(1)
+		go func() { // waited for below
+			defer wg.Done()
+			counts[i], errs[i] = f(i, c)
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	return float64(uint64(total)*size) / el.Seconds() / 1e9, errors.Join(errs...)
+}
+
+// kvMetaOps makes exist calls on the master for d and returns how many.
+func kvMetaOps(ctx context.Context, c *kv.Client, d time.Duration) (int, error) {
+	n := 0
+	for start := time.Now(); time.Since(start) < d; n++ {
 		if _, err := c.Exist(ctx, "nothing"); err != nil {
-			return 0, err
+			return n, err
 		}
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	return n, nil
 }

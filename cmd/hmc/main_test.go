@@ -99,11 +99,11 @@ func TestVersionNamesTheCommit(t *testing.T) {
 // it, beside the transfer engine's own write and read, and prints every column.
 func TestKVBench(t *testing.T) {
 	t.Setenv("HMC_TEST_AS_HMC", "1") // the lending child is this binary, standing in for hmc
-	out, err := run(t, "kv", "bench", "--sizes", "4KiB,1MiB", "--duration", "200ms")
+	out, err := run(t, "kv", "bench", "--sizes", "64KiB,1MiB", "--duration", "200ms", "--clients", "2", "--batch", "4")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	for _, want := range []string{"put GB/s", "trans read GB/s", "get/read", "4KiB", "1MiB", "exist calls/s"} {
+	for _, want := range []string{"put GB/s", "trans read GB/s", "get/read", "64KiB", "1MiB", "exist calls/s", "2 clients", "\n4 "} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("no %q in\n%s", want, out)
 		}
