@@ -16,26 +16,34 @@ import (
 	"github.com/hmc-go/hmc/internal/childtest"
 )
 
-// TestCLibraryTwoProcesses builds libhmc.so, compiles the C example against include/hmc.h with cc, and
-// runs it as two processes that exchange data and check every byte and error code.
-func TestCLibraryTwoProcesses(t *testing.T) {
+// cExample builds libhmc.so and examples/<name>.c against include/hmc.h with cc (skipping
+// without one) and returns the program and a context bounding the test.
+func cExample(t *testing.T, name string) (string, context.Context) {
+	t.Helper()
 	cc, err := exec.LookPath("cc")
 	if err != nil {
 		t.Skipf("no C compiler (cc) to build the C test: %v", err)
 	}
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	build := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-o", filepath.Join(dir, "libhmc.so"), ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build -buildmode=c-shared: %v\n%s", err, out)
 	}
-	bin := filepath.Join(dir, "pingpong")
-	compile := exec.CommandContext(ctx, cc, "-O1", "-Wall", "-Wextra", "-Werror", "-o", bin, "examples/pingpong.c",
+	bin := filepath.Join(dir, name)
+	compile := exec.CommandContext(ctx, cc, "-O1", "-Wall", "-Wextra", "-Werror", "-o", bin, "examples/"+name+".c",
 		"-I", "include", "-L", dir, "-lhmc", "-Wl,-rpath,"+dir)
 	if out, err := compile.CombinedOutput(); err != nil {
 		t.Fatalf("cc: %v\n%s", err, out)
 	}
+	return bin, ctx
+}
+
+// TestCLibraryTwoProcesses builds libhmc.so, compiles the C example against include/hmc.h with cc, and
+// runs it as two processes that exchange data and check every byte and error code.
+func TestCLibraryTwoProcesses(t *testing.T) {
+	bin, ctx := cExample(t, "pingpong")
 	srv := exec.CommandContext(ctx, bin, "server")
 	srv.Stderr = os.Stderr
 	out, _ := srv.StdoutPipe()
@@ -157,23 +165,7 @@ func TestSmemShmAndTransTwoProcesses(t *testing.T) {
 // serves a master and lends a segment holding objects it put from gathered parts, the other
 // reads them scattered, puts and reads its own, and checks Mooncake's codes.
 func TestKVPoolCTwoProcesses(t *testing.T) {
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skipf("no C compiler (cc) to build the C test: %v", err)
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	build := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-o", filepath.Join(dir, "libhmc.so"), ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build -buildmode=c-shared: %v\n%s", err, out)
-	}
-	bin := filepath.Join(dir, "kv_pool")
-	compile := exec.CommandContext(ctx, cc, "-O1", "-Wall", "-Wextra", "-Werror", "-o", bin, "examples/kv_pool.c",
-		"-I", "include", "-L", dir, "-lhmc", "-Wl,-rpath,"+dir)
-	if out, err := compile.CombinedOutput(); err != nil {
-		t.Fatalf("cc: %v\n%s", err, out)
-	}
+	bin, ctx := cExample(t, "kv_pool")
 	lender := exec.CommandContext(ctx, bin, "lend")
 	lender.Stderr = os.Stderr
 	in, _ := lender.StdinPipe()

@@ -90,6 +90,41 @@ func child() int {
 	return 0
 }
 
+// lender is a pool client in a child process (child) lending a 32 MiB segment: ask sends it a
+// line and returns its answer.
+type lender struct {
+	cmd *exec.Cmd
+	ask func(line string) string
+}
+
+func startLender(t *testing.T, master string, env ...string) *lender {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	stdin, lines := childtest.Start(t, cmd, 16, append([]string{"HMC_KV_CHILD=client", "HMC_KV_MASTER=" + master}, env...)...)
+	t.Cleanup(func() { _ = stdin.Close() })
+	select {
+	case l := <-lines:
+		if !strings.HasPrefix(l, "READY ") {
+			t.Fatalf("child said %q", l)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("child did not start")
+	}
+	return &lender{cmd: cmd, ask: func(l string) string {
+		t.Helper()
+		if _, err := io.WriteString(stdin, l+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-lines:
+			return r
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: no answer", l)
+		}
+		return ""
+	}}
+}
+
 // batchCheck reads count objects key0, key1, ... of n bytes (seed i) with one BatchGet into
 // one buffer, each object scattered over two parts, and says "ok" or "bad <why>".
 func batchCheck(ctx context.Context, c *Client, key string, count, n int) string {
@@ -127,30 +162,8 @@ func TestTwoProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	stdin, lines := childtest.Start(t, cmd, 16, "HMC_KV_CHILD=client", "HMC_KV_MASTER="+srv.Addr())
-	var a string
-	select {
-	case l := <-lines:
-		if _, err := fmt.Sscanf(l, "READY %s", &a); err != nil {
-			t.Fatalf("child said %q", l)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("child did not start")
-	}
-	ask := func(l string) string {
-		t.Helper()
-		if _, err := io.WriteString(stdin, l+"\n"); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case r := <-lines:
-			return r
-		case <-time.After(20 * time.Second):
-			t.Fatalf("%s: no answer", l)
-		}
-		return ""
-	}
+	child := startLender(t, srv.Addr())
+	cmd, ask := child.cmd, child.ask
 	b, err := NewClient(ctx, ClientConfig{Master: srv.Addr(), SegmentSize: 32 << 20, Heartbeat: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -283,17 +296,7 @@ func TestEvictionUnderPressure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	stdin, lines := childtest.Start(t, cmd, 16, "HMC_KV_CHILD=client", "HMC_KV_MASTER="+srv.Addr())
-	defer stdin.Close()
-	select {
-	case l := <-lines:
-		if !strings.HasPrefix(l, "READY") {
-			t.Fatalf("child said %q", l)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("child did not start")
-	}
+	startLender(t, srv.Addr())
 	reader, err := NewClient(ctx, ClientConfig{Master: srv.Addr()})
 	if err != nil {
 		t.Fatal(err)
@@ -384,30 +387,7 @@ func TestDeviceSegment(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer srv.Close()
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			stdin, lines := childtest.Start(t, cmd, 16, "HMC_KV_CHILD=client", "HMC_KV_MASTER="+srv.Addr(), "HMC_KV_SEGMENT=cuda")
-			defer stdin.Close()
-			select {
-			case l := <-lines:
-				if !strings.HasPrefix(l, "READY") {
-					t.Fatalf("child said %q", l)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("child did not start")
-			}
-			ask := func(l string) string {
-				t.Helper()
-				if _, err := io.WriteString(stdin, l+"\n"); err != nil {
-					t.Fatal(err)
-				}
-				select {
-				case r := <-lines:
-					return r
-				case <-time.After(20 * time.Second):
-					t.Fatalf("%s: no answer", l)
-				}
-				return ""
-			}
+			ask := startLender(t, srv.Addr(), "HMC_KV_SEGMENT=cuda").ask
 			d, err := NewClient(ctx, ClientConfig{Master: srv.Addr(), Kinds: tc.kinds})
 			if err != nil {
 				t.Fatal(err)

@@ -324,8 +324,10 @@ class MooncakeDistributedStore:
 
     # -- the one way in: batches of keys, each with parts --------------------------------------
 
-    def _put(self, keys, counts, addrs, sizes, config, upsert):
-        """Codes of a batch put: keys[i] from counts[i] parts (None: one each)."""
+    def _batch(self, what, keys, counts, addrs, sizes, call):
+        """One batch call: keys[i] with counts[i] parts (None: one each) of addrs and sizes; call
+        gets (n, keys blob, counts, addrs, sizes) as the library takes them and returns the
+        call's code and its per-key results. A list of those results, or of the failure code."""
         n = len(keys)
         if not self._ready():
             return [INVALID_PARAMS] * n
@@ -333,41 +335,35 @@ class MooncakeDistributedStore:
             blob, n = _keys(keys)
             av, sv = _vec("buffer_ptrs", addrs, _addr), _vec("sizes", sizes)
             cv = array.array("I", counts) if counts is not None else None
-            reps = _replicas(config)
         except (TypeError, ValueError, OverflowError) as e:
-            return [self._fail(f"put: {e}")] * n
+            return [self._fail(f"{what}: {e}")] * n
         if len(av) != len(sv) or len(av) != (sum(cv) if cv is not None else n):
-            return [self._fail(f"put: {n} keys, {len(av)} pointers, {len(sv)} sizes")] * n
-        out = (ctypes.c_int32 * n)()
-        rc = _L.hmc_kv_batch_put(self._h, n, blob, len(blob), _ptr(cv) if cv is not None else None, _ptr(av),
-                                 _ptr(sv), reps, 1 if upsert else 0, out)
+            return [self._fail(f"{what}: {n} keys, {len(av)} pointers, {len(sv)} sizes")] * n
+        rc, out = call(n, blob, _ptr(cv) if cv is not None else None, _ptr(av), _ptr(sv))
         if rc != 0:
             return [self._rc(rc)] * n
         res = list(out)
         self.last_error = _err() if any(r < 0 for r in res) else ""
         return res
 
-    def _get(self, keys, counts, addrs, sizes):
-        """Sizes (or negative codes) of a batch get into counts[i] parts each."""
-        n = len(keys)
-        if not self._ready():
-            return [INVALID_PARAMS] * n
+    def _put(self, keys, counts, addrs, sizes, config, upsert):
+        """Codes of a batch put."""
         try:
-            blob, n = _keys(keys)
-            av, sv = _vec("buffer_ptrs", addrs, _addr), _vec("sizes", sizes)
-            cv = array.array("I", counts) if counts is not None else None
-        except (TypeError, ValueError, OverflowError) as e:
-            return [self._fail(f"get: {e}")] * n
-        if len(av) != len(sv) or len(av) != (sum(cv) if cv is not None else n):
-            return [self._fail(f"get: {n} keys, {len(av)} pointers, {len(sv)} sizes")] * n
-        out = (ctypes.c_int64 * n)()
-        rc = _L.hmc_kv_batch_get(self._h, n, blob, len(blob), _ptr(cv) if cv is not None else None, _ptr(av),
-                                 _ptr(sv), out)
-        if rc != 0:
-            return [self._rc(rc)] * n
-        res = list(out)
-        self.last_error = _err() if any(r < 0 for r in res) else ""
-        return res
+            reps = _replicas(config)
+        except (TypeError, ValueError) as e:
+            return [self._fail(f"put: config: {e}")] * len(keys)
+
+        def call(n, blob, cv, av, sv):
+            out = (ctypes.c_int32 * n)()
+            return _L.hmc_kv_batch_put(self._h, n, blob, len(blob), cv, av, sv, reps, 1 if upsert else 0, out), out
+        return self._batch("put", keys, counts, addrs, sizes, call)
+
+    def _get(self, keys, counts, addrs, sizes):
+        """Sizes (or negative codes) of a batch get."""
+        def call(n, blob, cv, av, sv):
+            out = (ctypes.c_int64 * n)()
+            return _L.hmc_kv_batch_get(self._h, n, blob, len(blob), cv, av, sv, out), out
+        return self._batch("get", keys, counts, addrs, sizes, call)
 
     def _values(self, keys, values, config, upsert):
         held, addrs, sizes = [], [], []

@@ -94,6 +94,24 @@ func itemsOf(keys []string, counts *C.uint32_t, addrs, sizes *C.uint64_t) ([]kv.
 	return items, nil
 }
 
+// keysFor is a batch call's keys (keysOf), refusing a missing output array.
+func keysFor(n C.uint64_t, keys unsafe.Pointer, keysSize C.uint64_t, out unsafe.Pointer) ([]string, error) {
+	ks, err := keysOf(keys, keysSize, n)
+	if err == nil && out == nil && n > 0 {
+		err = &kv.Error{Code: kv.InvalidParams, Msg: "no output array"}
+	}
+	return ks, err
+}
+
+// batchOf is a batch call's items (keysFor, itemsOf).
+func batchOf(n C.uint64_t, keys unsafe.Pointer, keysSize C.uint64_t, counts *C.uint32_t, addrs, sizes *C.uint64_t, out unsafe.Pointer) ([]kv.Item, error) {
+	ks, err := keysFor(n, keys, keysSize, out)
+	if err != nil {
+		return nil, err
+	}
+	return itemsOf(ks, counts, addrs, sizes)
+}
+
 // hmc_kv_batch_put stores n objects: their keys NUL-terminated one after another in the
 // keys_size bytes at keys, object i gathered from counts[i] parts (counts NULL: one) of addrs
 // and sizes, in replicas replicas; upsert != 0 rewrites keys that exist. out[i] is each one's
@@ -102,16 +120,9 @@ func itemsOf(keys []string, counts *C.uint32_t, addrs, sizes *C.uint64_t) ([]kv.
 //export hmc_kv_batch_put
 func hmc_kv_batch_put(h C.uint64_t, n C.uint64_t, keys unsafe.Pointer, keysSize C.uint64_t, counts *C.uint32_t, addrs, sizes *C.uint64_t, replicas, upsert C.int, out *C.int32_t) C.int32_t {
 	return onClient(h, func(ctx context.Context, c *kv.Client) error {
-		ks, err := keysOf(keys, keysSize, n)
+		items, err := batchOf(n, keys, keysSize, counts, addrs, sizes, unsafe.Pointer(out))
 		if err != nil {
 			return err
-		}
-		items, err := itemsOf(ks, counts, addrs, sizes)
-		if err != nil {
-			return err
-		}
-		if out == nil && n > 0 {
-			return &kv.Error{Code: kv.InvalidParams, Msg: "no output array"}
 		}
 		res := unsafe.Slice((*int32)(unsafe.Pointer(out)), len(items))
 		for i, err := range c.BatchPut(ctx, items, kv.PutOptions{Replicas: int(replicas), Upsert: upsert != 0}) {
@@ -131,16 +142,9 @@ func hmc_kv_batch_put(h C.uint64_t, n C.uint64_t, keys unsafe.Pointer, keysSize 
 //export hmc_kv_batch_get
 func hmc_kv_batch_get(h C.uint64_t, n C.uint64_t, keys unsafe.Pointer, keysSize C.uint64_t, counts *C.uint32_t, addrs, sizes *C.uint64_t, out *C.int64_t) C.int32_t {
 	return onClient(h, func(ctx context.Context, c *kv.Client) error {
-		ks, err := keysOf(keys, keysSize, n)
+		items, err := batchOf(n, keys, keysSize, counts, addrs, sizes, unsafe.Pointer(out))
 		if err != nil {
 			return err
-		}
-		items, err := itemsOf(ks, counts, addrs, sizes)
-		if err != nil {
-			return err
-		}
-		if out == nil && n > 0 {
-			return &kv.Error{Code: kv.InvalidParams, Msg: "no output array"}
 		}
 		res := unsafe.Slice((*int64)(unsafe.Pointer(out)), len(items))
 		got, errs := c.BatchGet(ctx, items)
@@ -160,12 +164,9 @@ func hmc_kv_batch_get(h C.uint64_t, n C.uint64_t, keys unsafe.Pointer, keysSize 
 //export hmc_kv_batch_exist
 func hmc_kv_batch_exist(h C.uint64_t, n C.uint64_t, keys unsafe.Pointer, keysSize C.uint64_t, out *C.int32_t) C.int32_t {
 	return onClient(h, func(ctx context.Context, c *kv.Client) error {
-		ks, err := keysOf(keys, keysSize, n)
+		ks, err := keysFor(n, keys, keysSize, unsafe.Pointer(out))
 		if err != nil || n == 0 {
 			return err
-		}
-		if out == nil {
-			return &kv.Error{Code: kv.InvalidParams, Msg: "no output array"}
 		}
 		yes, err := c.BatchExist(ctx, ks)
 		if err != nil {
@@ -188,12 +189,9 @@ func hmc_kv_batch_exist(h C.uint64_t, n C.uint64_t, keys unsafe.Pointer, keysSiz
 //export hmc_kv_batch_remove
 func hmc_kv_batch_remove(h C.uint64_t, n C.uint64_t, keys unsafe.Pointer, keysSize C.uint64_t, force C.int, out *C.int32_t) C.int32_t {
 	return onClient(h, func(ctx context.Context, c *kv.Client) error {
-		ks, err := keysOf(keys, keysSize, n)
+		ks, err := keysFor(n, keys, keysSize, unsafe.Pointer(out))
 		if err != nil || n == 0 {
 			return err
-		}
-		if out == nil {
-			return &kv.Error{Code: kv.InvalidParams, Msg: "no output array"}
 		}
 		res := unsafe.Slice((*int32)(unsafe.Pointer(out)), len(ks))
 		for i, err := range c.BatchRemove(ctx, ks, force != 0) {
