@@ -170,6 +170,28 @@ func (c *Client) BatchPut(ctx context.Context, items []Item, opt PutOptions) []e
 // count only if the read ended within the lease the master granted (else LeaseExpired: the
 // space may have been reused since, and the bytes are not trusted). Sizes of failed items are 0.
 func (c *Client) BatchGet(ctx context.Context, items []Item) ([]uint64, []error) {
+	return c.batchGet(ctx, items, nil)
+}
+
+// GetWith reads key's object into the memory alloc gives for its size, with one call to the
+// master (Get without knowing the size first), and returns the size.
+func (c *Client) GetWith(ctx context.Context, key string, alloc func(size uint64) (Span, error)) (uint64, error) {
+	var aerr error
+	items := []Item{{Key: key}}
+	sizes, errs := c.batchGet(ctx, items, func(i int, n uint64) []Span {
+		sp, err := alloc(n)
+		if err != nil {
+			aerr = err
+			return nil
+		}
+		return []Span{sp}
+	})
+	return sizes[0], errors.Join(errs[0], aerr)
+}
+
+// batchGet is BatchGet; alloc, when set, gives the parts of items that have none once the
+// master has said how large their objects are.
+func (c *Client) batchGet(ctx context.Context, items []Item, alloc func(i int, size uint64) []Span) ([]uint64, []error) {
 	sizes, errs := make([]uint64, len(items)), make([]error, len(items))
 	var q call
 	var idx []int
@@ -186,8 +208,7 @@ func (c *Client) BatchGet(ctx context.Context, items []Item) ([]uint64, []error)
 	if len(idx) == 0 {
 		return sizes, errs
 	}
-	asked := time.Now() // a lease counts from the master's answer: from here is on the safe side
-	r, err := c.batchCall(ctx, "batch_get", q)
+	r, asked, err := c.batchCallAt(ctx, "batch_get", q) // a lease counts from the answer: from asked is on the safe side
 	if err != nil {
 		for _, i := range idx {
 			errs[i] = err
@@ -203,6 +224,13 @@ func (c *Client) BatchGet(ctx context.Context, items []Item) ([]uint64, []error)
 	var todo []*read
 	for j, i := range idx {
 		ri := r.Items[j]
+		if alloc != nil && len(items[i].Parts) == 0 && ri.Code == OK && len(ri.Buffers) > 0 {
+			items[i].Parts = alloc(i, ri.Buffers[0].Size)
+			if caps[i], err = items[i].size(); err != nil {
+				errs[i] = err
+				continue
+			}
+		}
 		switch {
 		case ri.Code != OK:
 			errs[i] = &Error{Code: ri.Code, Msg: ri.Msg}
@@ -295,14 +323,20 @@ func (c *Client) BatchRemove(ctx context.Context, keys []string, force bool) []e
 
 // batchCall is call for a batch method: the reply has one item per key.
 func (c *Client) batchCall(ctx context.Context, method string, q call) (reply, error) {
+	r, _, err := c.batchCallAt(ctx, method, q)
+	return r, err
+}
+
+// batchCallAt is batchCall and callAt's send time.
+func (c *Client) batchCallAt(ctx context.Context, method string, q call) (reply, time.Time, error) {
 	if len(q.Keys) > maxBatch {
-		return reply{}, fail(InvalidParams, "%s of %d keys (at most %d)", method, len(q.Keys), maxBatch)
+		return reply{}, time.Now(), fail(InvalidParams, "%s of %d keys (at most %d)", method, len(q.Keys), maxBatch)
 	}
-	r, err := c.call(ctx, method, q)
+	r, sent, err := c.callAt(ctx, method, q)
 	if err == nil && len(r.Items) != len(q.Keys) {
 		err = &Error{Code: RPCFail, Msg: fmt.Sprintf("%s: %d answers for %d keys", method, len(r.Items), len(q.Keys))}
 	}
-	return r, err
+	return r, sent, err
 }
 
 // copyLocal runs requests whose remote side is this client's own segment as copies.

@@ -189,11 +189,19 @@ func (c *Client) heartbeat() {
 // in a store, a master that does not answer (or no longer leads) is replaced by the one the
 // store names next, until ctx ends: a takeover costs the caller time, not an error.
 func (c *Client) call(ctx context.Context, method string, q call) (reply, error) {
+	r, _, err := c.callAt(ctx, method, q)
+	return r, err
+}
+
+// callAt is call, and says when the attempt that got the reply was sent (a get's lease counts
+// from the master's answer, so from no earlier than that).
+func (c *Client) callAt(ctx context.Context, method string, q call) (reply, time.Time, error) {
 	q.Client = c.id
 	c.masterMu.Lock()
 	addr := c.master
 	c.masterMu.Unlock()
 	var r reply
+	sent := time.Now()
 	err := c.rpc.Call(ctx, addr, method, q, &r)
 	for c.st != nil && (err != nil || r.Code == RPCFail) && ctx.Err() == nil {
 		select {
@@ -208,15 +216,16 @@ func (c *Client) call(ctx context.Context, method string, q call) (reply, error)
 			c.masterMu.Unlock()
 		}
 		r = reply{}
+		sent = time.Now()
 		err = c.rpc.Call(ctx, addr, method, q, &r)
 	}
 	if err != nil {
-		return r, &Error{Code: RPCFail, Msg: fmt.Sprintf("%s at master %s: %v", method, addr, err)}
+		return r, sent, &Error{Code: RPCFail, Msg: fmt.Sprintf("%s at master %s: %v", method, addr, err)}
 	}
 	if r.Code != OK {
-		return r, &Error{Code: r.Code, Msg: r.Msg}
+		return r, sent, &Error{Code: r.Code, Msg: r.Msg}
 	}
-	return r, nil
+	return r, sent, nil
 }
 
 // leader is the address of the pool's leading master, waiting for one to lead.
@@ -242,15 +251,17 @@ func (c *Client) Put(ctx context.Context, key string, value []byte, replicas int
 	return c.BatchPut(ctx, []Item{{Key: key, Parts: []Span{SpanOf(value)}}}, PutOptions{Replicas: replicas})[0]
 }
 
-// Get returns a copy of key's value.
+// Get returns a copy of key's value (one call to the master: see GetWith).
 func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
-	n, err := c.Size(ctx, key)
+	var buf []byte
+	n, err := c.GetWith(ctx, key, func(size uint64) (Span, error) {
+		buf = make([]byte, size)
+		return SpanOf(buf), nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	buf := make([]byte, n)
-	m, err := c.GetInto(ctx, key, buf)
-	return buf[:m], err
+	return buf[:n], nil
 }
 
 // GetInto reads key's value into dst and returns its length (InvalidParams when dst is

@@ -34,6 +34,7 @@ import ctypes
 import mmap
 import re
 import struct
+import weakref
 
 from . import _b
 from ._lib import LIB as _L
@@ -461,28 +462,45 @@ class MooncakeDistributedStore:
             return INVALID_PARAMS
         return self._rc(_L.hmc_kv_get_size(self._h, _b(key)))
 
-    def batch_get_buffer(self, keys):
-        """BufferHandles of the keys' objects (None for one that cannot be read)."""
-        sizes = [self.get_size(k) for k in keys]
-        bufs = [ctypes.create_string_buffer(max(n, 1)) if n > 0 else None for n in sizes]
-        idx = [i for i, b in enumerate(bufs) if b is not None]
-        got = self._get([keys[i] for i in idx], None, [ctypes.addressof(bufs[i]) for i in idx], [sizes[i] for i in idx])
-        out = [None] * len(keys)
-        for i, n in zip(idx, got):
-            if n >= 0:
-                out[i] = BufferHandle(bufs[i], n)
-        return out
+    def _fetch(self, key):
+        """(address, size) of key's object in memory the library allocated (free with
+        hmc_kv_free), read with one call to the master; None when it cannot be read."""
+        if not self._ready():
+            return None
+        p, n = ctypes.c_void_p(), ctypes.c_uint64()
+        if self._rc(_L.hmc_kv_get(self._h, _b(key), ctypes.byref(p), ctypes.byref(n))) != 0:
+            return None
+        return p.value, n.value
 
     def get_buffer(self, key):
-        return self.batch_get_buffer([key])[0]
+        """A BufferHandle of key's object (None when it cannot be read); its memory is freed
+        with the handle."""
+        got = self._fetch(key)
+        if got is None:
+            return None
+        p, n = got
+        h = BufferHandle((ctypes.c_char * max(n, 1)).from_address(p), n)
+        weakref.finalize(h, _L.hmc_kv_free, p)
+        return h
 
-    def get_batch(self, keys):
-        """The keys' values as bytes (empty bytes for one that cannot be read)."""
-        return [bytes(h) if h is not None else b"" for h in self.batch_get_buffer(keys)]
+    def batch_get_buffer(self, keys):
+        """BufferHandles of the keys' objects (None for one that cannot be read)."""
+        return [self.get_buffer(k) for k in keys]
 
     def get(self, key):
         """key's value as bytes; empty bytes when it cannot be read (last_error says why)."""
-        return self.get_batch([key])[0]
+        got = self._fetch(key)
+        if got is None:
+            return b""
+        p, n = got
+        try:
+            return ctypes.string_at(p, n)
+        finally:
+            _L.hmc_kv_free(p)
+
+    def get_batch(self, keys):
+        """The keys' values as bytes (empty bytes for one that cannot be read)."""
+        return [self.get(k) for k in keys]
 
     def is_exist(self, key):
         if not self._ready():

@@ -8,6 +8,7 @@ package kvapi
 
 /*
 #include <stdint.h>
+#include <stdlib.h>
 */
 import "C"
 
@@ -287,3 +288,35 @@ func hmc_kv_master_stop(h C.uint64_t) C.int32_t {
 		return nil
 	})
 }
+
+// hmc_kv_get reads key's object into memory it allocates with malloc (free it with
+// hmc_kv_free) and writes its address and size into out and n: one call to the master.
+//
+//export hmc_kv_get
+func hmc_kv_get(h C.uint64_t, key *C.char, out *unsafe.Pointer, n *C.uint64_t) C.int32_t {
+	return onClient(h, func(ctx context.Context, c *kv.Client) error {
+		if out == nil || n == nil {
+			return &kv.Error{Code: kv.InvalidParams, Msg: "no output pointer"}
+		}
+		var p unsafe.Pointer
+		size, err := c.GetWith(ctx, gostr(key), func(size uint64) (kv.Span, error) {
+			if p = C.malloc(C.size_t(size)); p == nil {
+				return kv.Span{}, &kv.Error{Code: kv.NoAvailableHandle, Msg: fmt.Sprintf("malloc of %d bytes", size)}
+			}
+			return kv.Span{Addr: uint64(uintptr(p)), Size: size}, nil
+		})
+		if err != nil {
+			if p != nil {
+				C.free(p)
+			}
+			return err
+		}
+		*out, *n = p, C.uint64_t(size)
+		return nil
+	})
+}
+
+// hmc_kv_free frees memory hmc_kv_get returned.
+//
+//export hmc_kv_free
+func hmc_kv_free(p unsafe.Pointer) { C.free(p) }
