@@ -127,6 +127,7 @@ func kvBenchCmd() *cobra.Command {
 		batch       int
 		external    bool
 		clients     int
+		masterProc  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -146,24 +147,39 @@ replicas.`,
 			if err != nil {
 				return err
 			}
-			m := kv.NewMaster(kv.MasterConfig{LeaseTTL: benchLease})
-			srv, err := kv.Serve(m, kv.ServerConfig{Addr: hostPort(host)})
-			if err != nil {
-				return err
+			var m *kv.Master
+			var masterAddr string
+			if masterProc { // the master in a process of its own, as deployments run it
+				if external {
+					return fmt.Errorf("kv bench: --master-process and --external-lender together")
+				}
+				mp, addr, err := startReadyChild(ctx, "kv bench: the master", "kv", "master", "--addr", hostPort(host), "--lease-ttl", benchLease.String())
+				if err != nil {
+					return err
+				}
+				defer func() { _ = mp.Process.Kill(); _ = mp.Wait() }()
+				masterAddr = addr
+			} else {
+				m = kv.NewMaster(kv.MasterConfig{LeaseTTL: benchLease})
+				srv, err := kv.Serve(m, kv.ServerConfig{Addr: hostPort(host)})
+				if err != nil {
+					return err
+				}
+				defer srv.Close()
+				masterAddr = srv.Addr()
 			}
-			defer srv.Close()
 			if external {
-				fmt.Fprintln(cmd.OutOrStdout(), "MASTER", srv.Addr()) // start: hmc kv lend --master <addr>
+				fmt.Fprintln(cmd.OutOrStdout(), "MASTER", masterAddr) // start: hmc kv lend --master <addr>
 				_ = os.Stdout.Sync()
 				deadline := time.Now().Add(60 * time.Second)
 				for m.Stats().Segments == 0 {
 					if time.Now().After(deadline) {
-						return fmt.Errorf("kv bench: no client lent a segment to %s within 60 s", srv.Addr())
+						return fmt.Errorf("kv bench: no client lent a segment to %s within 60 s", masterAddr)
 					}
 					time.Sleep(50 * time.Millisecond)
 				}
 			} else {
-				child, _, err := startReadyChild(ctx, "kv bench: the lending client", "kv", "lend", "--master", srv.Addr(), "--segment-size", "1GiB", "--local-hostname", host)
+				child, _, err := startReadyChild(ctx, "kv bench: the lending client", "kv", "lend", "--master", masterAddr, "--segment-size", "1GiB", "--local-hostname", host)
 				if err != nil {
 					return err
 				}
@@ -174,7 +190,7 @@ replicas.`,
 			}
 			var cs []*kv.Client
 			for range clients {
-				c, err := kv.NewClient(ctx, kv.ClientConfig{Master: srv.Addr(), UniqueID: hostPort(host)})
+				c, err := kv.NewClient(ctx, kv.ClientConfig{Master: masterAddr, UniqueID: hostPort(host)})
 				if err != nil {
 					return err
 				}
@@ -214,6 +230,7 @@ replicas.`,
 	cmd.Flags().StringVar(&sizes, "sizes", "4KiB,64KiB,4MiB", "object sizes (a list)")
 	cmd.Flags().DurationVar(&duration, "duration", 2*time.Second, "time per measurement")
 	cmd.Flags().IntVar(&batch, "batch", 0, "objects per batch call in a second table (0: none)")
+	cmd.Flags().BoolVar(&masterProc, "master-process", false, "run the master as a process of its own (as deployments do) instead of in this one")
 	cmd.Flags().IntVar(&clients, "clients", 1, "clients putting and getting at once in the first table (each with its own engine and objects; the rows sum them)")
 	cmd.Flags().StringVar(&host, "local-hostname", "127.0.0.1", "the address of the master and this client (and the child's)")
 	cmd.Flags().BoolVar(&external, "external-lender", false, `print "MASTER <addr>" and wait for a lending client started elsewhere (another namespace or host) instead of a child`)

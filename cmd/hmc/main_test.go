@@ -108,4 +108,9 @@ func TestKVBench(t *testing.T) {
 			t.Fatalf("no %q in\n%s", want, out)
 		}
 	}
+	// The master as a process of its own.
+	out, err = run(t, "kv", "bench", "--sizes", "64KiB", "--duration", "200ms", "--master-process")
+	if err != nil || !strings.Contains(out, "64KiB") || !strings.Contains(out, "exist calls/s") {
+		t.Fatalf("--master-process: %v\n%s", err, out)
+	}
 }
