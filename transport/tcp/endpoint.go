@@ -600,6 +600,24 @@ func (l *lane) failure() error {
 	return l.err
 }
 
+// abort makes c's Close reset the connection (SO_LINGER 0) instead of sending what is still
+// queued: every byte not yet acknowledged belongs to a request that fails with the lane, and a
+// graceful close would still deliver it later — after a partition heals, say, and after newer
+// writes to the same memory over another connection, overwriting them with stale bytes.
+func abort(c net.Conn) {
+	for {
+		switch x := c.(type) {
+		case interface{ SetLinger(int) error }:
+			_ = x.SetLinger(0)
+			return
+		case interface{ NetConn() net.Conn }: // TLS (auth): the connection under it
+			c = x.NetConn()
+		default:
+			return
+		}
+	}
+}
+
 // fail ends the lane once: every request in flight completes with err.
 func (l *lane) fail(err error) {
 	l.failOnce.Do(func() {
@@ -609,6 +627,9 @@ func (l *lane) fail(err error) {
 		l.pending = nil
 		l.mu.Unlock()
 		close(l.done)
+		if len(pending) > 0 {
+			abort(l.c)
+		}
 		_ = l.c.Close() // ending the lane; its goroutines see the error
 		for _, p := range pending {
 			p.op.Finish(err)
