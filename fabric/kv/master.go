@@ -36,6 +36,11 @@ type MasterConfig struct {
 	// PutTimeout is how long a put may stay unfinished (PutStart without PutEnd) before its
 	// space is reclaimed (default 30 s: a client that died mid-put).
 	PutTimeout time.Duration
+	// DiscardDelay is how long the space of a put that did not finish (revoked, timed out, its
+	// client gone) stays out of use before another object may take it (default 30 s, above a
+	// client's transfer timeout): its writer may still have bytes on the way, which must not land
+	// in someone else's object. Mooncake's master keeps such replicas in discarded_replicas_.
+	DiscardDelay time.Duration
 	// Now is the clock (tests); nil: time.Now.
 	Now func() time.Time
 }
@@ -52,6 +57,9 @@ func (c *MasterConfig) setDefaults() {
 	}
 	if c.PutTimeout <= 0 {
 		c.PutTimeout = 30 * time.Second
+	}
+	if c.DiscardDelay <= 0 {
+		c.DiscardDelay = 30 * time.Second
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -73,6 +81,15 @@ type Master struct {
 
 	journal bool     // a leader logging its changes: removed collects removed keys
 	removed []string // keys removed since the last drain (journal only)
+
+	discarded []discard // space of puts that did not finish, out of use until its time
+}
+
+// discard is the space of a put that did not finish, held until until.
+type discard struct {
+	bufs  []Buffer
+	size  uint64
+	until time.Time
 }
 
 type mounted struct {
@@ -171,6 +188,18 @@ func (m *Master) dropSegmentLocked(name string) {
 		if len(o.replicas) == 0 {
 			m.removeLocked(o)
 		}
+	}
+	for i := range m.discarded { // held space in the segment goes with it
+		d := &m.discarded[i]
+		kept := d.bufs[:0]
+		for _, r := range d.bufs {
+			if r.Segment == name {
+				m.used -= roundUp(d.size)
+				continue
+			}
+			kept = append(kept, r)
+		}
+		d.bufs = kept
 	}
 	m.total -= s.seg.Size
 	delete(m.segments, name)
@@ -415,8 +444,12 @@ func (m *Master) removeLocked(o *object) {
 	if m.journal {
 		m.removed = append(m.removed, o.key)
 	}
-	m.releaseLocked(o.replicas)
-	m.used -= uint64(len(o.replicas)) * roundUp(o.size)
+	if !o.complete && len(o.replicas) > 0 { // a writer may still be writing: hold the space
+		m.discarded = append(m.discarded, discard{bufs: o.replicas, size: o.size, until: m.cfg.Now().Add(m.cfg.DiscardDelay)})
+	} else {
+		m.releaseLocked(o.replicas)
+		m.used -= uint64(len(o.replicas)) * roundUp(o.size)
+	}
 	if o.elem != nil {
 		m.lru.Remove(o.elem)
 	}
@@ -447,6 +480,17 @@ func (m *Master) reapLocked(now time.Time) {
 			m.removeLocked(o)
 		}
 	}
+	kept := m.discarded[:0]
+	for _, d := range m.discarded {
+		if now.Before(d.until) {
+			kept = append(kept, d)
+			continue
+		}
+		m.releaseLocked(d.bufs)
+		m.used -= uint64(len(d.bufs)) * roundUp(d.size)
+	}
+	clear(m.discarded[len(kept):])
+	m.discarded = kept
 }
 
 // Stats is the pool's size and use.

@@ -212,8 +212,41 @@ func TestClientDown(t *testing.T) {
 	if err := m.PutEnd("B", "slow"); code(t, err) != ObjectNotFound {
 		t.Fatalf("PutEnd after PutTimeout: %v", err)
 	}
-	if s := m.Stats(); s.Segments != 1 || s.Used != roundUp(4096)*3 { // both, onB, other
+	// both, onB, other, and the space of unfinished and slow, held for DiscardDelay
+	if s := m.Stats(); s.Segments != 1 || s.Used != roundUp(4096)*5 {
 		t.Fatalf("stats %+v", s)
+	}
+	c.add(31 * time.Second)
+	if _, err := m.PutStart("B", "later", 4096, 1, ""); err != nil { // reaps the held space
+		t.Fatal(err)
+	}
+	if s := m.Stats(); s.Used != roundUp(4096)*4 { // both, onB, other, later
+		t.Fatalf("stats after DiscardDelay %+v", s)
+	}
+}
+
+// The space of a put that did not finish stays out of use for DiscardDelay: its writer may
+// still have bytes on the way, which must not land in another object. Then it is reused.
+func TestDiscardDelay(t *testing.T) {
+	c := newClock()
+	m := NewMaster(MasterConfig{LeaseTTL: time.Second, DiscardDelay: 5 * time.Second, HighWatermark: 1, Now: c.now})
+	if err := m.MountSegment(seg("a", "A", 1<<30, 8192)); err != nil {
+		t.Fatal(err)
+	}
+	first, err := m.PutStart("A", "k", 8192, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.PutRevoke("A", "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.PutStart("B", "other", 8192, 1, ""); code(t, err) != NoAvailableHandle {
+		t.Fatalf("a put into a revoked put's held space: %v", err)
+	}
+	c.add(6 * time.Second)
+	again, err := m.PutStart("B", "other", 8192, 1, "")
+	if err != nil || again[0].Addr != first[0].Addr {
+		t.Fatalf("after DiscardDelay: %+v %v", again, err)
 	}
 }
 
