@@ -335,6 +335,9 @@ int32_t hmc_kv_ping(uint64_t client); /* 0 when the master answers */
 /* The object in memory the library mallocs (one call to the master); free it with hmc_kv_free. */
 int32_t hmc_kv_get(uint64_t client, const char *key, void **out, uint64_t *len);
 void hmc_kv_free(void *p);
+/* One more segment lent to the pool ("" or "cpu", "cuda:N", "hip:N"); its name into buf. */
+int32_t hmc_kv_mount_segment(uint64_t client, uint64_t size, const char *location, char *buf, uint64_t len);
+int32_t hmc_kv_unmount_segment(uint64_t client, const char *name, int64_t grace_ms);
 int32_t hmc_kv_register_buffer(uint64_t client, uint64_t addr, uint64_t size);
 int32_t hmc_kv_unregister_buffer(uint64_t client, uint64_t addr);
 /* Batches: n keys NUL-terminated one after another in the keys_size bytes at keys; object i is

@@ -75,7 +75,9 @@ type PutOptions struct {
 // them visible. The result has each item's error, nil for those stored.
 func (c *Client) BatchPut(ctx context.Context, items []Item, opt PutOptions) []error {
 	errs := make([]error, len(items))
+	c.segMu.Lock()
 	q := call{Replicas: max(opt.Replicas, 1), Prefer: c.segment, Upsert: opt.Upsert}
+	c.segMu.Unlock()
 	var idx []int // q.Keys[j] is items[idx[j]]
 	for i, it := range items {
 		n, err := it.size()
@@ -422,10 +424,13 @@ func (c *Client) run(ctx context.Context, t *transfers, local []func() error, lo
 	return failed
 }
 
-// own checks that a replica buffer the master named as this client's lies in its segment.
+// own checks that a replica buffer the master named as this client's lies in one of its
+// segments.
 func (c *Client) own(b Buffer) error {
-	base := c.segBase
-	if b.Segment != c.segment || b.Addr < base || b.Addr+b.Size < b.Addr || b.Addr+b.Size > base+c.segSize {
+	c.segMu.Lock()
+	l, ok := c.segs[b.Segment]
+	c.segMu.Unlock()
+	if !ok || b.Addr < l.base || b.Addr+b.Size < b.Addr || b.Addr+b.Size > l.base+l.size {
 		return fmt.Errorf("replica [%#x, +%d) is not in this client's segment: %w", b.Addr, b.Size, status.ErrProtocol)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -55,10 +56,11 @@ type Client struct {
 	e       *trans.Engine
 	rpc     *rpc.Client
 	id      string // the engine's unique id: the client's name at the master
-	segment string // the segment it lends, "" for none
-	segBase uint64 // its memory: segSize bytes at segBase
-	segSize uint64
-	segDev  *memory.Memory // a device segment's allocator (nil: host memory from the engine)
+	segment string // the segment it lends at start, "" for none (puts prefer it); guarded by segMu
+
+	segMu   sync.Mutex
+	segs    map[string]*lent // the segments it lends, by name; guarded by segMu
+	nextSeg int              // guarded by segMu
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	once    sync.Once
@@ -106,9 +108,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
 				_ = c.st.Close()
 			}
 			_ = e.Close()
-			if c.segDev != nil {
-				_ = c.segDev.Close()
-			}
+			c.freeDevices()
 		}
 	}()
 	if strings.Contains(cfg.Master, "://") {
@@ -121,12 +121,13 @@ func NewClient(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
 	}
 	var r reply
 	if cfg.SegmentSize > 0 {
-		base, err := c.lend(cfg)
+		l, err := c.lend(cfg.SegmentSize, cfg.SegmentMemory, cfg.SegmentDevice)
 		if err != nil {
 			return nil, err
 		}
-		c.segment, c.segBase, c.segSize = c.id, base, cfg.SegmentSize
-		if r, err = c.call(ctx, "mount", call{Segment: Segment{Name: c.segment, Base: base, Size: cfg.SegmentSize}}); err != nil {
+		c.segment = c.id
+		c.segs = map[string]*lent{c.segment: l}
+		if r, err = c.call(ctx, "mount", call{Segment: Segment{Name: c.segment, Base: l.base, Size: l.size}}); err != nil {
 			return nil, err
 		}
 	} else if r, err = c.call(ctx, "heartbeat", call{}); err != nil {
@@ -140,30 +141,137 @@ func NewClient(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
 	return c, nil
 }
 
-// lend allocates the segment: host memory from the engine (populated now, as RDMA
-// registration does), or device memory registered with it.
-func (c *Client) lend(cfg ClientConfig) (uint64, error) {
-	if cfg.SegmentMemory == memory.Default || cfg.SegmentMemory == memory.CPU {
-		base, err := c.e.Malloc(cfg.SegmentSize)
-		if err == nil {
-			memory.Prefault(memory.HostSlice(memory.Ptr(base), cfg.SegmentSize))
+// lent is a segment the client lends: size bytes at base, host memory from the engine or a
+// device's (dev, its allocator).
+type lent struct {
+	base, size uint64
+	dev        *memory.Memory
+}
+
+// lend allocates a segment: host memory from the engine (populated now, as RDMA registration
+// does), or device memory registered with it.
+func (c *Client) lend(size uint64, t memory.Type, device int) (*lent, error) {
+	if t == memory.Default || t == memory.CPU {
+		base, err := c.e.Malloc(size)
+		if err != nil {
+			return nil, err
 		}
-		return base, err
+		memory.Prefault(memory.HostSlice(memory.Ptr(base), size))
+		return &lent{base: base, size: size}, nil
 	}
-	m, err := memory.New(cfg.SegmentDevice, cfg.SegmentMemory)
+	m, err := memory.New(device, t)
 	if err != nil {
-		return 0, fail(InvalidParams, "a %v segment on device %d: %v", cfg.SegmentMemory, cfg.SegmentDevice, err)
+		return nil, fail(InvalidParams, "a %v segment on device %d: %v", t, device, err)
 	}
-	b, err := m.Alloc(cfg.SegmentSize)
+	b, err := m.Alloc(size)
 	if err == nil {
-		err = c.e.Register(uint64(b.Ptr()), cfg.SegmentSize)
+		err = c.e.Register(uint64(b.Ptr()), size)
 	}
 	if err != nil {
 		_ = m.Close()
-		return 0, fail(InvalidParams, "a %v segment of %d bytes on device %d: %v", cfg.SegmentMemory, cfg.SegmentSize, cfg.SegmentDevice, err)
+		return nil, fail(InvalidParams, "a %v segment of %d bytes on device %d: %v", t, size, device, err)
 	}
-	c.segDev = m
-	return uint64(b.Ptr()), nil
+	return &lent{base: uint64(b.Ptr()), size: size, dev: m}, nil
+}
+
+// free gives a segment's memory back (its registration first).
+func (c *Client) free(ctx context.Context, l *lent) error {
+	if l.dev == nil {
+		return c.e.Free(ctx, l.base)
+	}
+	return errors.Join(c.e.Deregister(ctx, l.base), l.dev.Close())
+}
+
+// freeDevices closes the device segments' allocators (after the engine: no peer reaches them).
+func (c *Client) freeDevices() (err error) {
+	c.segMu.Lock()
+	defer c.segMu.Unlock()
+	for _, l := range c.segs {
+		if l.dev != nil {
+			err = errors.Join(err, l.dev.Close())
+		}
+	}
+	return err
+}
+
+// MountSegment lends one more segment of size bytes at location ("" or "cpu": host memory;
+// "cuda:N", "hip:N": device N's memory) and returns its name (Mooncake's
+// allocate_and_mount_segment).
+func (c *Client) MountSegment(ctx context.Context, size uint64, location string) (string, error) {
+	t, dev, err := parseLocation(location)
+	if err != nil {
+		return "", err
+	}
+	if size == 0 {
+		return "", fail(InvalidParams, "a segment of 0 bytes")
+	}
+	l, err := c.lend(size, t, dev)
+	if err != nil {
+		return "", err
+	}
+	c.segMu.Lock()
+	c.nextSeg++
+	name := fmt.Sprintf("%s#%d", c.id, c.nextSeg)
+	if c.segs == nil {
+		c.segs = map[string]*lent{}
+	}
+	c.segs[name] = l
+	c.segMu.Unlock()
+	if _, err := c.call(ctx, "mount", call{Segment: Segment{Name: name, Base: l.base, Size: l.size}}); err != nil {
+		c.segMu.Lock()
+		delete(c.segs, name)
+		c.segMu.Unlock()
+		return "", errors.Join(err, c.free(context.WithoutCancel(ctx), l))
+	}
+	return name, nil
+}
+
+// UnmountSegment takes a segment this client lends out of the pool (its objects without
+// another replica go), waits grace for readers still reading it, and frees its memory
+// (Mooncake's unmount_and_free_segment).
+func (c *Client) UnmountSegment(ctx context.Context, name string, grace time.Duration) error {
+	c.segMu.Lock()
+	l, ok := c.segs[name]
+	c.segMu.Unlock()
+	if !ok {
+		return fail(SegmentNotFound, "segment %q is not this client's", name)
+	}
+	if _, err := c.call(ctx, "unmount", call{Segment: Segment{Name: name}}); err != nil {
+		return err
+	}
+	c.segMu.Lock()
+	delete(c.segs, name)
+	if name == c.segment {
+		c.segment = ""
+	}
+	c.segMu.Unlock()
+	select {
+	case <-time.After(grace):
+	case <-ctx.Done():
+	}
+	return c.free(context.WithoutCancel(ctx), l)
+}
+
+// parseLocation reads Mooncake's segment locations: "", "cpu", "cuda[:N]", "hip[:N]".
+func parseLocation(loc string) (memory.Type, int, error) {
+	kind, num, hasNum := strings.Cut(loc, ":")
+	dev := 0
+	if hasNum {
+		n, err := strconv.Atoi(num)
+		if err != nil || n < 0 {
+			return 0, 0, fail(InvalidParams, "location %q: a device number after the colon", loc)
+		}
+		dev = n
+	}
+	switch kind {
+	case "", "cpu":
+		return memory.CPU, 0, nil
+	case "cuda":
+		return memory.NvidiaGPU, dev, nil
+	case "hip":
+		return memory.AMDGPU, dev, nil
+	}
+	return 0, 0, fail(InvalidParams, "location %q (cpu, cuda:N or hip:N)", loc)
 }
 
 // ID is the client's name at the master (its transfer engine's unique id).
@@ -323,10 +431,7 @@ func (c *Client) Close() error {
 		if c.st != nil {
 			lerr = errors.Join(lerr, c.st.Close())
 		}
-		err = errors.Join(lerr, c.e.Close())
-		if c.segDev != nil {
-			err = errors.Join(err, c.segDev.Close()) // after the engine: no peer reaches it now
-		}
+		err = errors.Join(lerr, c.e.Close(), c.freeDevices())
 	})
 	return err
 }

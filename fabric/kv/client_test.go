@@ -423,3 +423,76 @@ func TestDeviceSegment(t *testing.T) {
 		})
 	}
 }
+
+// A client mounts more segments (host memory and a device's, Mooncake's
+// allocate_and_mount_segment) and unmounts them: objects with two replicas live in both, are
+// read by another client and by the lender (a device copy), survive the device segment's
+// unmount from the host copy, and are gone with the last one.
+func TestMountSegments(t *testing.T) {
+	if memory.Probe(memory.NvidiaGPU) != nil {
+		transporttest.EmulateGPU(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	m := NewMaster(MasterConfig{LeaseTTL: 100 * time.Millisecond})
+	srv, err := Serve(m, ServerConfig{Addr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	a, err := NewClient(ctx, ClientConfig{Master: srv.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	host, err := a.MountSegment(ctx, 8<<20, "cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := a.MountSegment(ctx, 8<<20, "cuda:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.MountSegment(ctx, 8<<20, "tpu:0"); CodeOf(err) != InvalidParams {
+		t.Fatalf("an unknown location: %v", err)
+	}
+	b, err := NewClient(ctx, ClientConfig{Master: srv.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for i := 0; i < 4; i++ {
+		if err := b.Put(ctx, fmt.Sprint("m/", i), pattern(i, 300000+i), 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := m.Stats(); s.Segments != 2 || s.Objects != 4 {
+		t.Fatalf("pool: %+v", s)
+	}
+	for i := 0; i < 4; i++ {
+		for _, c := range []*Client{a, b} {
+			if got, err := c.Get(ctx, fmt.Sprint("m/", i)); err != nil || !bytes.Equal(got, pattern(i, 300000+i)) {
+				t.Fatalf("get m/%d by %s: %v", i, c.ID(), err)
+			}
+		}
+	}
+	time.Sleep(150 * time.Millisecond) // the leases end
+	if err := a.UnmountSegment(ctx, dev, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Get(ctx, "m/2"); err != nil || !bytes.Equal(got, pattern(2, 300002)) {
+		t.Fatalf("get after the device segment left: %v", err)
+	}
+	if err := a.UnmountSegment(ctx, dev, 0); CodeOf(err) != SegmentNotFound {
+		t.Fatalf("a second unmount: %v", err)
+	}
+	if err := a.UnmountSegment(ctx, host, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Get(ctx, "m/2"); CodeOf(err) != ObjectNotFound {
+		t.Fatalf("get after every segment left: %v", err)
+	}
+	if s := m.Stats(); s.Segments != 0 || s.Objects != 0 || s.Used != 0 {
+		t.Fatalf("pool after both unmounts: %+v", s)
+	}
+}

@@ -41,6 +41,8 @@ _SIGNATURES = {
     "hmc_kv_ping": ([_u64], ctypes.c_int32),
     "hmc_kv_get": ([_u64, _str, ctypes.POINTER(ctypes.c_void_p), _pu64], ctypes.c_int32),
     "hmc_kv_free": ([_ptr], None),
+    "hmc_kv_mount_segment": ([_u64, _u64, _str, _ptr, _u64], ctypes.c_int32),
+    "hmc_kv_unmount_segment": ([_u64, _str, ctypes.c_int64], ctypes.c_int32),
     "hmc_kv_register_buffer": ([_u64, _u64, _u64], ctypes.c_int32),
     "hmc_kv_unregister_buffer": ([_u64, _u64], ctypes.c_int32),
     "hmc_kv_batch_put": ([_u64, _u64, _ptr, _u64, _ptr, _ptr, _ptr, _int, _int, _ptr], ctypes.c_int32),

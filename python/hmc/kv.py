@@ -313,6 +313,40 @@ class MooncakeDistributedStore:
         except Exception:
             pass
 
+    def allocate_and_mount_segment(self, size, protocol="tcp", location=""):
+        """Lends one more segment of size bytes at location ("" or "cpu", "cuda:N", "hip:N"):
+        {"ret": 0 or a negative code, "segment_ids": [its name], "allocated_size": size}."""
+        out = {"ret": INVALID_PARAMS, "segment_ids": [], "allocated_size": 0}
+        if not self._ready():
+            return out
+        if protocol not in ("tcp", "rdma"):
+            self.last_error = f"allocate_and_mount_segment: protocol {protocol!r} (tcp or rdma)"
+            return out
+        buf = ctypes.create_string_buffer(256)
+        rc = self._rc(_L.hmc_kv_mount_segment(self._h, int(size), _b(location or ""), buf, len(buf)))
+        out["ret"] = rc
+        if rc == 0:
+            out["segment_ids"], out["allocated_size"] = [buf.value.decode()], int(size)
+        return out
+
+    def unmount_and_free_segment(self, segment_ids, grace_period_seconds=0):
+        """Takes the segments out of the pool, waits grace_period_seconds for readers, frees
+        them: 0, or the first failure's negative code."""
+        if not self._ready():
+            return INVALID_PARAMS
+        ms = int(float(grace_period_seconds) * 1000)
+        for sid in segment_ids:
+            rc = self._rc(_L.hmc_kv_unmount_segment(self._h, _b(sid), ms))
+            if rc != 0:
+                return rc
+        return 0
+
+    def mount_segment(self, path, size, offset=0, protocol="tcp", location=""):
+        """Mooncake mounts a file's memory here (shared memory, SSD); HMC-Go's pool lends memory
+        it allocates: use allocate_and_mount_segment. Refused with the reason."""
+        self.last_error = "mount_segment of a path is not supported: use allocate_and_mount_segment"
+        return {"ret": INVALID_PARAMS, "segment_ids": []}
+
     def register_buffer(self, buffer_ptr, size):
         if not self._ready():
             return INVALID_PARAMS

@@ -138,3 +138,22 @@ def test_threads_put_and_get_at_once(store):
     assert not errors, errors
     time.sleep(LEASE_MS / 1000 + 0.05)
     assert store.remove_by_regex("^th_") == threads * per
+
+
+def test_allocate_and_mount_segment(master):
+    # A client lending nothing at setup mounts a segment later, another client's objects land
+    # in it, and unmount_and_free_segment takes them out with it.
+    s = MooncakeDistributedStore()
+    assert s.setup(config(master, "0")) == 0, s.last_error
+    r = s.allocate_and_mount_segment(8 << 20, "tcp", "cpu")
+    assert r["ret"] == 0 and len(r["segment_ids"]) == 1 and r["allocated_size"] == 8 << 20, (r, s.last_error)
+    assert s.allocate_and_mount_segment(8 << 20, "tcp", "tpu:0")["ret"] == -600
+    assert s.mount_segment("/dev/shm/x", 1 << 20)["ret"] == -600 and "allocate_and_mount_segment" in s.last_error
+    other = MooncakeDistributedStore()
+    assert other.setup(config(master, "0")) == 0
+    assert other.put("in_mounted", b"lent later") == 0 and s.get("in_mounted") == b"lent later"
+    time.sleep(LEASE_MS / 1000 + 0.05)
+    assert s.unmount_and_free_segment(r["segment_ids"]) == 0
+    assert other.is_exist("in_mounted") == 0
+    assert s.unmount_and_free_segment(r["segment_ids"]) == -101  # SEGMENT_NOT_FOUND
+    assert other.close() == 0 and s.close() == 0

@@ -320,3 +320,32 @@ func hmc_kv_get(h C.uint64_t, key *C.char, out *unsafe.Pointer, n *C.uint64_t) C
 //
 //export hmc_kv_free
 func hmc_kv_free(p unsafe.Pointer) { C.free(p) }
+
+// hmc_kv_mount_segment lends one more segment of size bytes at location ("" or "cpu", "cuda:N",
+// "hip:N") and writes its name into buf.
+//
+//export hmc_kv_mount_segment
+func hmc_kv_mount_segment(h C.uint64_t, size C.uint64_t, location *C.char, buf *C.char, n C.uint64_t) C.int32_t {
+	return onClient(h, func(ctx context.Context, c *kv.Client) error {
+		name, err := c.MountSegment(ctx, uint64(size), gostr(location))
+		if err != nil {
+			return err
+		}
+		if err := putString(buf, n, name); err != nil {
+			uctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+			defer cancel()
+			return errors.Join(err, c.UnmountSegment(uctx, name, 0))
+		}
+		return nil
+	})
+}
+
+// hmc_kv_unmount_segment takes segment name out of the pool, waits grace_ms for readers, and
+// frees its memory.
+//
+//export hmc_kv_unmount_segment
+func hmc_kv_unmount_segment(h C.uint64_t, name *C.char, graceMS C.int64_t) C.int32_t {
+	return onClient(h, func(ctx context.Context, c *kv.Client) error {
+		return c.UnmountSegment(ctx, gostr(name), time.Duration(max(graceMS, 0))*time.Millisecond)
+	})
+}
