@@ -30,7 +30,7 @@ static int lend(void) {
 	char addr[64];
 	uint64_t m, c;
 	CHECK(hmc_kv_master_start("127.0.0.1:0", 0, 0, addr, sizeof addr, &m));
-	CHECK(hmc_kv_client_create(addr, "127.0.0.1", NULL, 32 << 20, &c));
+	CHECK(hmc_kv_client_create(addr, "127.0.0.1", NULL, "tcp", 32 << 20, &c));
 	static unsigned char vals[COUNT][SIZE];
 	static char ks[COUNT * 16];
 	uint32_t counts[COUNT];
@@ -56,7 +56,7 @@ static int lend(void) {
 
 static int use(const char *master) {
 	uint64_t c;
-	CHECK(hmc_kv_client_create(master, "127.0.0.1", NULL, 0, &c));
+	CHECK(hmc_kv_client_create(master, "127.0.0.1", NULL, NULL, 0, &c));
 	static char ks[(COUNT + 1) * 16];
 	int32_t yes[COUNT + 1];
 	size_t klen = keys(ks, "lent/", COUNT);

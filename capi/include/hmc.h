@@ -321,8 +321,10 @@ int hmc_trans_json(uint64_t engine, int what, const char *peer, char *buf, uint6
 int32_t hmc_kv_master_start(const char *addr, int lease_ms, int client_ttl_ms, char *addr_buf, uint64_t addr_len,
                             uint64_t *out_master);
 int32_t hmc_kv_master_stop(uint64_t master);
+/* protocol: Mooncake's ("tcp", "rdma": UCX's RDMA, "ucx"; NULL: tcp); peers on one host use
+ * shared memory whatever it is. */
 int32_t hmc_kv_client_create(const char *master, const char *local_hostname, const char *metadata,
-                             uint64_t segment_size, uint64_t *out_client);
+                             const char *protocol, uint64_t segment_size, uint64_t *out_client);
 int32_t hmc_kv_client_id(uint64_t client, char *buf, uint64_t len);
 int32_t hmc_kv_put(uint64_t client, const char *key, const void *value, uint64_t len, int replicas);
 int64_t hmc_kv_get_size(uint64_t client, const char *key);

@@ -30,7 +30,7 @@ _SIGNATURES = {
     "hmc_memory_memset_async": ([_u64, _int, _u64, _u64], _int),
     "hmc_kv_master_start": ([_str, _int, _int, _ptr, _u64, _pu64], ctypes.c_int32),
     "hmc_kv_master_stop": ([_u64], ctypes.c_int32),
-    "hmc_kv_client_create": ([_str, _str, _str, _u64, _pu64], ctypes.c_int32),
+    "hmc_kv_client_create": ([_str, _str, _str, _str, _u64, _pu64], ctypes.c_int32),
     "hmc_kv_client_id": ([_u64, _ptr, _u64], ctypes.c_int32),
     "hmc_kv_put": ([_u64, _str, _ptr, _u64, _int], ctypes.c_int32),
     "hmc_kv_get_size": ([_u64, _str], ctypes.c_int64),

@@ -32,6 +32,7 @@ command that serves one on its own.
 import array
 import ctypes
 import mmap
+import os
 import re
 import struct
 import weakref
@@ -239,7 +240,9 @@ class MooncakeDistributedStore:
               client_http_port=9300):
         """Joins the pool at master_server_addr, lending global_segment_size bytes. 0, or a
         negative Mooncake error code. local_buffer_size is accepted (puts and gets use the
-        caller's memory directly); protocol "tcp" or "rdma" (same-host peers use shared memory).
+        caller's memory directly); protocol "tcp", "rdma" (UCX's RDMA: a -tags ucx build on a host
+        with an RDMA device, else refused saying so; MC_FORCE_TCP=1 makes it tcp, as the transfer
+        engine's) or "ucx"; peers on one host use shared memory whatever the protocol.
         setup(config_dict) takes the same settings as a dict, as Mooncake's second form. An
         engine to share, SSD offload, another tenant and the client HTTP server are not
         supported: asking for them fails with the reason."""
@@ -259,8 +262,11 @@ class MooncakeDistributedStore:
                               tenant_id=cfg.get("tenant_id", "default"))
         if self._h:
             return self._fail("setup: already set up")
-        if protocol not in ("tcp", "rdma"):
-            return self._fail(f"setup: protocol {protocol!r} (tcp or rdma)")
+        proto = (protocol or "tcp").strip().lower()
+        if proto == "rdma" and os.environ.get("MC_FORCE_TCP") == "1":
+            proto = "tcp"
+        if proto not in ("tcp", "rdma", "ucx"):
+            return self._fail(f"setup: protocol {protocol!r} (tcp, rdma: UCX's RDMA, ucx)")
         for asked, what in ((engine is not None, "a shared transfer engine (engine=)"),
                             (enable_ssd_offload, "SSD offload"),
                             (tenant_id not in (None, "", "default"), f"tenant {tenant_id!r}"),
@@ -269,7 +275,7 @@ class MooncakeDistributedStore:
                 return self._fail(f"setup: {what} is not supported by HMC-Go's pool")
         meta = metadata_server if metadata_server not in (None, "", "P2PHANDSHAKE") else "P2PHANDSHAKE"
         h = ctypes.c_uint64()
-        rc = _L.hmc_kv_client_create(_b(master_server_addr), _b(local_hostname or "127.0.0.1"), _b(meta),
+        rc = _L.hmc_kv_client_create(_b(master_server_addr), _b(local_hostname or "127.0.0.1"), _b(meta), _b(proto),
                                      int(global_segment_size), ctypes.byref(h))
         if self._rc(rc) == 0:
             self._h = h.value

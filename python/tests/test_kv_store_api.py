@@ -157,3 +157,20 @@ def test_allocate_and_mount_segment(master):
     assert other.is_exist("in_mounted") == 0
     assert s.unmount_and_free_segment(r["segment_ids"]) == -101  # SEGMENT_NOT_FOUND
     assert other.close() == 0 and s.close() == 0
+
+
+def test_protocols(master, monkeypatch):
+    # "rdma" is UCX's RDMA, as the transfer engine's: refused with the reason where there is none
+    # (or MC_FORCE_TCP=1 makes it tcp); an unknown protocol is refused.
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "carrier-pigeon", "", master.addr) == -600
+    monkeypatch.delenv("MC_FORCE_TCP", raising=False)
+    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "rdma", "", master.addr)
+    if rc == 0:  # a UCX build on a host with an RDMA device
+        assert s.close() == 0
+    else:
+        assert rc == -600 and s.last_error, s.last_error
+    monkeypatch.setenv("MC_FORCE_TCP", "1")
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 1 << 20, 0, "rdma", "", master.addr) == 0, s.last_error
+    assert s.put("forced", b"over tcp") == 0 and s.get("forced") == b"over tcp", s.last_error
+    assert s.close() == 0

@@ -22,6 +22,7 @@ import (
 
 	"github.com/hmc-go/hmc/capi/internal/cabi"
 	"github.com/hmc-go/hmc/fabric/kv"
+	"github.com/hmc-go/hmc/fabric/trans"
 	"github.com/hmc-go/hmc/status"
 )
 
@@ -80,12 +81,14 @@ func hostBytes(p unsafe.Pointer, n C.uint64_t) ([]byte, error) {
 	return b, nil
 }
 
-// hmc_kv_client_create joins the pool at master ("ip:port") as a client named by
-// local_hostname ("ip" or "ip:port"; port 0 or none: any) lending segment_size bytes (0:
-// none), its transfer engine on metadata (NULL or "P2PHANDSHAKE": peer to peer).
+// hmc_kv_client_create joins the pool at master ("ip:port", or the masters' store URL) as a
+// client named by local_hostname ("ip" or "ip:port"; port 0 or none: any) lending segment_size
+// bytes (0: none), its transfer engine on metadata (NULL or "P2PHANDSHAKE": peer to peer) with
+// Mooncake's protocol ("tcp", "rdma": UCX's RDMA, "ucx"; NULL: tcp; peers on one host use
+// shared memory whatever the protocol).
 //
 //export hmc_kv_client_create
-func hmc_kv_client_create(master, localHostname, metadata *C.char, segmentSize C.uint64_t, out *C.uint64_t) C.int32_t {
+func hmc_kv_client_create(master, localHostname, metadata, protocol *C.char, segmentSize C.uint64_t, out *C.uint64_t) C.int32_t {
 	return code(func() error {
 		if out == nil {
 			return &kv.Error{Code: kv.InvalidParams, Msg: "no output handle"}
@@ -97,9 +100,13 @@ func hmc_kv_client_create(master, localHostname, metadata *C.char, segmentSize C
 		if !strings.Contains(id, ":") || strings.HasSuffix(id, "]") {
 			id += ":0"
 		}
+		kinds, err := trans.Protocol(gostr(protocol), false)
+		if err != nil {
+			return &kv.Error{Code: kv.InvalidParams, Msg: err.Error()}
+		}
 		c, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
-		cl, err := kv.NewClient(c, kv.ClientConfig{Master: gostr(master), UniqueID: id, Metadata: gostr(metadata), SegmentSize: uint64(segmentSize)})
+		cl, err := kv.NewClient(c, kv.ClientConfig{Master: gostr(master), UniqueID: id, Metadata: gostr(metadata), SegmentSize: uint64(segmentSize), Kinds: kinds})
 		if err != nil {
 			if kv.CodeOf(err) == kv.InternalError {
 				return &kv.Error{Code: kv.InvalidParams, Msg: err.Error()}
