@@ -106,8 +106,7 @@ func (c *Client) BatchPut(ctx context.Context, items []Item, opt PutOptions) []e
 	var started []int // positions in q.Keys of the puts the master started
 	for j, i := range idx {
 		ri := r.Items[j]
-		if ri.Code != OK {
-			errs[i] = &Error{Code: ri.Code, Msg: ri.Msg}
+		if errs[i] = ri.err(); errs[i] != nil {
 			continue
 		}
 		started = append(started, j)
@@ -155,10 +154,8 @@ func (c *Client) BatchPut(ctx context.Context, items []Item, opt PutOptions) []e
 	if len(end.Keys) > 0 {
 		r, err := c.batchCall(ctx, "batch_put_end", end)
 		for j, i := range endIdx {
-			if err != nil {
-				errs[i] = err
-			} else if r.Items[j].Code != OK {
-				errs[i] = &Error{Code: r.Items[j].Code, Msg: r.Items[j].Msg}
+			if errs[i] = err; err == nil {
+				errs[i] = r.Items[j].err()
 			}
 		}
 	}
@@ -235,7 +232,7 @@ func (c *Client) batchGet(ctx context.Context, items []Item, alloc func(i int, s
 		}
 		switch {
 		case ri.Code != OK:
-			errs[i] = &Error{Code: ri.Code, Msg: ri.Msg}
+			errs[i] = ri.err()
 		case len(ri.Buffers) == 0:
 			errs[i] = fail(ObjectNotFound, "%q has no replica", q.Keys[j])
 		case caps[i] < ri.Buffers[0].Size:
@@ -314,10 +311,8 @@ func (c *Client) BatchRemove(ctx context.Context, keys []string, force bool) []e
 	errs := make([]error, len(keys))
 	r, err := c.batchCall(ctx, "batch_remove", call{Keys: keys, Force: force})
 	for i := range keys {
-		if err != nil {
-			errs[i] = err
-		} else if r.Items[i].Code != OK {
-			errs[i] = &Error{Code: r.Items[i].Code, Msg: r.Items[i].Msg}
+		if errs[i] = err; err == nil {
+			errs[i] = r.Items[i].err()
 		}
 	}
 	return errs

@@ -93,26 +93,13 @@ func (m *Master) apply(e entry) {
 	}
 	switch e.Op {
 	case "mount":
-		s := e.Segment
-		if _, ok := m.segments[s.Name]; !ok && s.Size > 0 && s.Size <= maxSegment {
-			m.segments[s.Name] = &mounted{seg: s, alloc: newAllocator(s.Size)}
-			m.total += s.Size
-		}
+		_ = m.mountLocked(e.Segment) // one mounted already, or not valid: skipped
 	case "unmount":
 		if _, ok := m.segments[e.Segment.Name]; ok {
 			m.dropSegmentLocked(e.Segment.Name)
 		}
 	case "down":
-		for name, s := range m.segments {
-			if s.seg.Client == e.Client {
-				m.dropSegmentLocked(name)
-			}
-		}
-		for o := range m.pending {
-			if o.owner == e.Client {
-				m.removeLocked(o)
-			}
-		}
+		m.clientDownLocked(e.Client)
 	case "start":
 		for _, p := range e.Objects {
 			if o, ok := m.objects[p.Key]; ok {
@@ -127,9 +114,7 @@ func (m *Master) apply(e entry) {
 	case "end":
 		for _, k := range e.Keys {
 			if o, ok := m.objects[k]; ok && !o.complete {
-				o.complete, o.owner, o.writer = true, "", e.Client
-				delete(m.pending, o)
-				o.elem = m.lru.PushBack(o)
+				m.completeLocked(o, e.Client)
 			}
 		}
 	}

@@ -120,11 +120,15 @@ const maxSegment = 1 << 50
 
 // MountSegment adds a client's segment to the pool.
 func (m *Master) MountSegment(s Segment) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mountLocked(s)
+}
+
+func (m *Master) mountLocked(s Segment) error {
 	if s.Name == "" || s.Client == "" || s.Size == 0 || s.Size > maxSegment || s.Base == 0 || s.Base+s.Size < s.Base {
 		return fail(InvalidParams, "segment %q of client %q: %d bytes at %#x", s.Name, s.Client, s.Size, s.Base)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if _, ok := m.segments[s.Name]; ok {
 		return fail(SegmentExists, "segment %q is mounted already", s.Name)
 	}
@@ -155,6 +159,10 @@ func (m *Master) UnmountSegment(client, name string) error {
 func (m *Master) ClientDown(client string) []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.clientDownLocked(client)
+}
+
+func (m *Master) clientDownLocked(client string) []string {
 	var gone []string
 	for name, s := range m.segments {
 		if s.seg.Client == client {
@@ -329,10 +337,15 @@ func (m *Master) PutEnd(client, key string) error {
 	case o.owner != client:
 		return fail(IllegalClient, "%q is being written by %q, not %q", key, o.owner, client)
 	}
+	m.completeLocked(o, client)
+	return nil
+}
+
+// completeLocked makes client's object o visible.
+func (m *Master) completeLocked(o *object, client string) {
 	o.complete, o.owner, o.writer = true, "", client
 	delete(m.pending, o)
 	o.elem = m.lru.PushBack(o)
-	return nil
 }
 
 // PutRevoke abandons client's unfinished put of key and frees its space.

@@ -192,14 +192,28 @@ type item struct {
 }
 
 func itemOf(err error) item {
-	if err == nil {
-		return item{}
-	}
-	it := item{Code: CodeOf(err), Msg: err.Error()}
-	if e, ok := err.(*Error); ok {
-		it.Msg = e.Msg
-	}
+	var it item
+	it.Code, it.Msg = codeAndMsg(err)
 	return it
+}
+
+// err is the item's failure as an Error, nil for OK.
+func (it item) err() error {
+	if it.Code == OK {
+		return nil
+	}
+	return &Error{Code: it.Code, Msg: it.Msg}
+}
+
+// codeAndMsg is err's Mooncake code and what was wrong, for a reply (OK and "" for nil).
+func codeAndMsg(err error) (Code, string) {
+	if err == nil {
+		return OK, ""
+	}
+	if e, ok := err.(*Error); ok {
+		return e.Code, e.Msg
+	}
+	return CodeOf(err), err.Error()
 }
 
 // maxBatch bounds a batch request's objects.
@@ -222,11 +236,7 @@ type reply struct {
 
 func answer(r reply, err error) (any, error) {
 	if err != nil {
-		r.Code = CodeOf(err)
-		r.Msg = err.Error()
-		if e, ok := err.(*Error); ok {
-			r.Msg = e.Msg
-		}
+		r.Code, r.Msg = codeAndMsg(err)
 	}
 	return r, nil
 }

@@ -217,6 +217,17 @@ def _host(value):
         return ctypes.cast(p, ctypes.c_void_p).value, n, (b, p)
 
 
+def _hosts(values):
+    """_host of each value: (keep-alives, addresses, lengths)."""
+    held, addrs, sizes = [], [], []
+    for v in values:
+        a, n, keep = _host(v)
+        held.append(keep)
+        addrs.append(a)
+        sizes.append(n)
+    return held, addrs, sizes
+
+
 class MooncakeDistributedStore:
     """Mooncake Store's client, on HMC-Go's pool."""
 
@@ -407,24 +418,15 @@ class MooncakeDistributedStore:
         return self._batch("get", keys, counts, addrs, sizes, call)
 
     def _values(self, keys, values, config, upsert):
-        held, addrs, sizes = [], [], []
-        for v in values:
-            a, n, keep = _host(v)
-            held.append(keep)
-            addrs.append(a)
-            sizes.append(n)
+        held, addrs, sizes = _hosts(values)
         return self._put(keys, None, addrs, sizes, config, upsert)
 
     def _parts(self, key, parts, config, upsert):
-        held, addrs, sizes = [], [], []
         for p in parts:
             mv = memoryview(p)
             if mv.ndim != 1 or mv.itemsize != 1:
                 raise RuntimeError("parts must be 1-D bytes-like")
-            a, n, keep = _host(p)
-            held.append(keep)
-            addrs.append(a)
-            sizes.append(n)
+        held, addrs, sizes = _hosts(parts)
         return self._put([key], [len(addrs)], addrs, sizes, config, upsert)[0]
 
     # -- puts ----------------------------------------------------------------------------------
