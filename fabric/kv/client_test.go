@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -405,6 +406,7 @@ func TestDeviceSegment(t *testing.T) {
 					t.Fatalf("put %d into the device segment: %v", i, err)
 				}
 			}
+			runtime.KeepAlive(vals) // items hold only the values' addresses
 			for _, i := range []int{0, 7, 15} {
 				if r := ask(fmt.Sprintf("get dev/%d %d %d", i, i, n)); r != "ok" {
 					t.Fatalf("the lender's get of dev/%d: %s", i, r)
