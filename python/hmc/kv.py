@@ -39,7 +39,7 @@ import weakref
 
 from . import _b
 from ._lib import LIB as _L
-from .trans import _addr, _vec
+from .trans import _addr, _arr, _vec
 
 __all__ = ["MooncakeDistributedStore", "ReplicateConfig", "BufferHandle", "MooncakeHostMemAllocator", "Master"]
 
@@ -181,13 +181,6 @@ def _keys(keys):
             raise ValueError(f"key {k!r} contains a NUL byte")
     blob = b"\0".join(enc) + b"\0" if enc else b""
     return blob, len(enc)
-
-
-def _ptr(a):
-    """The address of an array.array / NumPy array's data (None when empty)."""
-    if isinstance(a, array.array):
-        return a.buffer_info()[0] if len(a) else None
-    return a.ctypes.data if len(a) else None
 
 
 def _host(value):
@@ -391,7 +384,7 @@ class MooncakeDistributedStore:
             return [self._fail(f"{what}: {e}")] * n
         if len(av) != len(sv) or len(av) != (sum(cv) if cv is not None else n):
             return [self._fail(f"{what}: {n} keys, {len(av)} pointers, {len(sv)} sizes")] * n
-        rc, out = call(n, blob, _ptr(cv) if cv is not None else None, _ptr(av), _ptr(sv))
+        rc, out = call(n, blob, _arr(cv) if cv is not None else None, _arr(av), _arr(sv))
         if rc != 0:
             return [self._rc(rc)] * n
         res = list(out)

@@ -456,7 +456,11 @@ func (e *endpoint) vec(ctx context.Context, put bool, bufs [][]byte, rem []trans
 		&addrs[0], &lens[0], &raddrs[0], &rkeys[0], handle(unsafe.Pointer(res)))
 	var perr error
 	if res.pst != C.UCS_OK {
-		perr = ucsErr(map[bool]string{true: "put", false: "get"}[put], res.pst)
+		what := "get"
+		if put {
+			what = "put"
+		}
+		perr = ucsErr(what, res.pst)
 	}
 	freq, fst := res.freq, res.fst
 	ops := e.batch // the flush covers the puts batched before it too
