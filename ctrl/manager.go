@@ -80,6 +80,13 @@ type Config struct {
 	// for it: four such pairs on two cores took 52-68 µs a round trip polling, 9-13 parked. So
 	// it is for processes that have a core each. TLS connections are never polled.
 	ReadSpin time.Duration
+	// Netpoll keeps connections on the runtime's netpoller. By default a TCP or Unix
+	// connection without TLS and without ReadSpin leaves it once its HELLO is through: the
+	// goroutine that reads or writes it blocks its thread in poll(2) (internal/fdconn) and the
+	// kernel wakes that thread itself, as a C program's blocking read; a UDS round trip between
+	// two processes measured ~9 µs instead of ~15 (bench/compare-ctrl.sh). The price is a
+	// thread for each connection while it waits for a message (its reader's, or a Recv's).
+	Netpoll bool
 	// Logger receives connection events; nil means silent.
 	Logger *slog.Logger
 }

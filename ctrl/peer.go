@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hmc-go/hmc/auth"
+	"github.com/hmc-go/hmc/internal/fdconn"
 	"github.com/hmc-go/hmc/internal/spinread"
 	"github.com/hmc-go/hmc/status"
 )
@@ -166,6 +167,11 @@ func (m *Manager) attach(id uint32, c net.Conn) error {
 	p, err := m.peerFor(id)
 	if err != nil {
 		return err
+	}
+	if !m.cfg.Netpoll && m.cfg.ReadSpin <= 0 {
+		if fc, err := fdconn.New(c); err == nil {
+			c = fc // off the netpoller; c was closed (TLS or another kind: kept as it is)
+		}
 	}
 	pc := newPconn(c, m.cfg.ReadSpin)
 	m.mu.Lock()
@@ -448,12 +454,21 @@ func (m *Manager) Send(ctx context.Context, id uint32, t MsgType, flags uint16, 
 
 var longAgo = time.Unix(1, 0)
 
+// buffersWriter writes several buffers in one system call (fdconn.Conn; net.Buffers does so
+// for the runtime's own sockets).
+type buffersWriter interface {
+	WriteBuffers(bufs [][]byte) (int64, error)
+}
+
 func (pc *pconn) writeFrame(ctx context.Context, h Header, payload []byte) error {
 	pc.wmu.Lock()
 	defer pc.wmu.Unlock()
 	// ctx's end interrupts a blocked write; no write deadline per frame (a runtime timer per
 	// frame wakes the netpoller, see linger).
-	if ctx.Done() != nil {
+	if fc, ok := pc.c.(*fdconn.Conn); ok {
+		fc.SetWriteContext(ctx) // nothing to arm until a write waits
+		defer fc.SetWriteContext(context.Background())
+	} else if ctx.Done() != nil {
 		fired := make(chan struct{})
 		stop := context.AfterFunc(ctx, func() {
 			_ = pc.c.SetWriteDeadline(longAgo) // interrupts a blocked write
@@ -475,6 +490,8 @@ func (pc *pconn) writeFrame(ctx context.Context, h Header, payload []byte) error
 		var nn int
 		nn, err = pc.c.Write(b)
 		n = int64(nn)
+	} else if bw, ok := pc.c.(buffersWriter); ok {
+		n, err = bw.WriteBuffers([][]byte{h[:], payload})
 	} else {
 		bufs := net.Buffers{h[:], payload}
 		n, err = bufs.WriteTo(pc.c)
@@ -588,9 +605,14 @@ func (m *Manager) drive(ctx context.Context, p *peer, pc *pconn, q chan Message,
 	if pc.rkick.Swap(false) {
 		_ = pc.c.SetReadDeadline(time.Time{})
 	}
+	fc, _ := pc.c.(*fdconn.Conn)
+	if fc != nil {
+		fc.SetReadContext(ctx) // ends a read that waits (nothing to arm until one does)
+		defer fc.SetReadContext(context.Background())
+	}
 	for {
 		stop := func() bool { return true }
-		if ctx.Done() != nil {
+		if ctx.Done() != nil && fc == nil {
 			stop = context.AfterFunc(ctx, pc.kickRead)
 		}
 		msg, err := m.pump(p, pc, q, ctx.Done())

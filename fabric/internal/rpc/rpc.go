@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hmc-go/hmc/auth"
+	"github.com/hmc-go/hmc/internal/fdconn"
 	"github.com/hmc-go/hmc/status"
 )
 
@@ -60,9 +61,10 @@ type Server struct {
 	sentinels []Sentinel
 	wg        sync.WaitGroup
 
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{} // guarded by mu
-	closed bool                  // guarded by mu
+	mu       sync.Mutex
+	conns    map[net.Conn]struct{} // guarded by mu
+	blocking int                   // conns that are fdconn.Conns; guarded by mu
+	closed   bool                  // guarded by mu
 }
 
 // Listen serves h on addr ("ip:port"; port 0 picks one). Each request runs with a context
@@ -74,6 +76,7 @@ func Listen(addr string, h Handler, timeout time.Duration, secret []byte, extra 
 		return nil, fmt.Errorf("rpc: listen %s: %w: %w", addr, status.ErrFailed, err)
 	}
 	s := &Server{l: l, h: h, timeout: timeout, secret: secret, sentinels: append(extra, base...), conns: make(map[net.Conn]struct{})}
+	inProcess.add(s.Addr())
 	s.wg.Add(1)
 	go s.accept() // owned by s: Close stops and waits
 	return s, nil
@@ -107,13 +110,17 @@ func (s *Server) serve(c net.Conn) {
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, c)
+		if _, ok := c.(*fdconn.Conn); ok {
+			s.blocking--
+		}
 		s.mu.Unlock()
 		_ = c.Close()
 	}()
 	if _, err := auth.Server(c, auth.Config{Secret: s.secret}, "rpc", time.Now().Add(s.timeout)); err != nil {
 		return // refused: auth told the client why
 	}
-	r := bufio.NewReader(c)
+	src := &connReader{c: c}
+	r := bufio.NewReader(src)
 	if len(s.secret) == 0 {
 		_ = c.SetReadDeadline(time.Now().Add(s.timeout))
 		if b, err := r.Peek(8); err != nil || auth.Refuse(c, b) != nil {
@@ -121,10 +128,14 @@ func (s *Server) serve(c net.Conn) {
 		}
 		_ = c.SetReadDeadline(time.Time{})
 	}
-	for {
+	for first := true; ; first = false {
 		var req request
 		if err := readFrame(r, &req); err != nil {
 			return
+		}
+		if first { // the client registered itself before its first request (inProcess)
+			c = s.offNetpoll(c)
+			src.c = c
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 		out, err := s.h(ctx, req.Method, req.Body)
@@ -140,6 +151,69 @@ func (s *Server) serve(c net.Conn) {
 			return
 		}
 	}
+}
+
+// connReader reads the connection serve uses now (it leaves the netpoller after the first
+// request, with bytes of the next ones perhaps in the bufio.Reader above).
+type connReader struct{ c net.Conn }
+
+func (r *connReader) Read(b []byte) (int, error) { return r.c.Read(b) }
+
+// inProcess holds the addresses of this process's servers and of its clients' connections to
+// them. Both ends of such a connection stay on the netpoller: there one thread can run the
+// client, then the server, then the client, where blocking reads would wake a thread per
+// message (measured: 29,000 exist calls/s against 52,000 with the master in the process).
+var inProcess = addrSet{m: map[string]int{}}
+
+type addrSet struct {
+	mu sync.Mutex
+	m  map[string]int // guarded by mu
+}
+
+func (a *addrSet) add(k string) {
+	a.mu.Lock()
+	a.m[k]++
+	a.mu.Unlock()
+}
+
+func (a *addrSet) remove(k string) {
+	a.mu.Lock()
+	if a.m[k]--; a.m[k] <= 0 {
+		delete(a.m, k)
+	}
+	a.mu.Unlock()
+}
+
+func (a *addrSet) has(k string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.m[k] > 0
+}
+
+// maxBlockingConns is how many connections of a Server leave the netpoller (fdconn): each
+// holds a thread while it waits for its next request; the connections past it park.
+const maxBlockingConns = 64
+
+// offNetpoll returns c's socket as an fdconn.Conn, which the kernel wakes directly when a
+// request arrives (the netpoller's hand-off costs a wake-up per request), while fewer than
+// maxBlockingConns do; c itself otherwise. The conns entry follows, so Close closes it.
+func (s *Server) offNetpoll(c net.Conn) net.Conn {
+	if inProcess.has(c.RemoteAddr().String()) {
+		return c // a client of this process: one thread may serve both ends with no wake-up
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.blocking >= maxBlockingConns || s.closed {
+		return c
+	}
+	fc, err := fdconn.New(c)
+	if err != nil {
+		return c
+	}
+	s.blocking++
+	delete(s.conns, c)
+	s.conns[fc] = struct{}{}
+	return fc
 }
 
 func kind(ss []Sentinel, err error) string {
@@ -159,6 +233,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
+	inProcess.remove(s.Addr())
 	for c := range s.conns {
 		_ = c.Close()
 	}
@@ -186,7 +261,21 @@ type conn struct {
 	mu    sync.Mutex // one request at a time
 	c     net.Conn
 	r     *bufio.Reader
-	fresh bool // no answer read yet on an unauthenticated link: it may be a refusal
+	fresh bool   // no answer read yet on an unauthenticated link: it may be a refusal
+	local string // c's local address while it is in inProcess, else ""
+}
+
+// drop closes the connection; the next call dials again.
+func (cc *conn) drop() {
+	if cc.c == nil {
+		return
+	}
+	_ = cc.c.Close()
+	cc.c = nil
+	if cc.local != "" {
+		inProcess.remove(cc.local)
+		cc.local = ""
+	}
 }
 
 // NewClient returns a Client whose calls without a deadline are bounded by timeout; with a
@@ -233,7 +322,14 @@ func (c *Client) Call(ctx context.Context, addr, method string, req, resp any) e
 			_ = nc.Close()
 			return fmt.Errorf("rpc: %s: %w", addr, err)
 		}
-		cc.c, cc.r, cc.fresh = nc, bufio.NewReader(nc), len(c.secret) == 0
+		var conn net.Conn = nc
+		if inProcess.has(addr) {
+			cc.local = nc.LocalAddr().String()
+			inProcess.add(cc.local) // before the first request: the server looks then
+		} else if fc, err := fdconn.New(nc); err == nil {
+			conn = fc // the answer wakes this thread directly (nc was closed)
+		}
+		cc.c, cc.r, cc.fresh = conn, bufio.NewReader(conn), len(c.secret) == 0
 	}
 	dl, ok := ctx.Deadline()
 	if !ok {
@@ -246,8 +342,7 @@ func (c *Client) Call(ctx context.Context, addr, method string, req, resp any) e
 		cc.fresh = false
 		if b, perr := cc.r.Peek(8); perr == nil {
 			if aerr := auth.Refusal(b, addr); aerr != nil {
-				_ = cc.c.Close()
-				cc.c = nil
+				cc.drop()
 				return fmt.Errorf("rpc: %w", aerr) // the server demands a secret; this side has none
 			}
 		}
@@ -256,8 +351,7 @@ func (c *Client) Call(ctx context.Context, addr, method string, req, resp any) e
 		err = readFrame(cc.r, &out)
 	}
 	if err != nil {
-		_ = cc.c.Close()
-		cc.c = nil
+		cc.drop()
 		if cerr := status.FromContext(ctx); cerr != nil {
 			return cerr
 		}
@@ -291,10 +385,7 @@ func (c *Client) Forget(addr string) {
 	c.mu.Unlock()
 	if cc != nil {
 		cc.mu.Lock()
-		if cc.c != nil {
-			_ = cc.c.Close()
-			cc.c = nil
-		}
+		cc.drop()
 		cc.mu.Unlock()
 	}
 }
@@ -308,10 +399,7 @@ func (c *Client) Close() {
 	c.mu.Unlock()
 	for _, cc := range conns {
 		cc.mu.Lock()
-		if cc.c != nil {
-			_ = cc.c.Close()
-			cc.c = nil
-		}
+		cc.drop()
 		cc.mu.Unlock()
 	}
 }

@@ -1,0 +1,5 @@
+//go:build race
+
+package fdconn
+
+const raceEnabled = true
