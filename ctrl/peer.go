@@ -232,6 +232,9 @@ func (m *Manager) read(p *peer, pc *pconn) error {
 		pc.readerIn.Store(true)
 		var err error
 		if pc.waiters.Load() == 0 {
+			if fc, ok := pc.c.(*fdconn.Conn); ok {
+				fc.SetReadContext(context.Background()) // not the last Recv's
+			}
 			_, err = m.pump(p, pc, nil, pc.done)
 		}
 		pc.readerIn.Store(false)
@@ -466,8 +469,7 @@ func (pc *pconn) writeFrame(ctx context.Context, h Header, payload []byte) error
 	// ctx's end interrupts a blocked write; no write deadline per frame (a runtime timer per
 	// frame wakes the netpoller, see linger).
 	if fc, ok := pc.c.(*fdconn.Conn); ok {
-		fc.SetWriteContext(ctx) // nothing to arm until a write waits
-		defer fc.SetWriteContext(context.Background())
+		fc.SetWriteContext(ctx) // nothing to arm until a write waits; kept, as the reads'
 	} else if ctx.Done() != nil {
 		fired := make(chan struct{})
 		stop := context.AfterFunc(ctx, func() {
@@ -584,15 +586,11 @@ func (m *Manager) drive(ctx context.Context, p *peer, pc *pconn, q chan Message,
 		pc.kickRead() // the reader steps aside (a waiter it hits reads on)
 	}
 	select {
-	case <-pc.rtok:
-	case msg := <-q:
-		return msg, true, nil
-	case <-changed:
-		return Message{}, false, nil
-	case <-ctx.Done():
-		return Message{}, true, fmt.Errorf("ctrl: recv from rank %d: %w", p.id, status.FromContext(ctx))
-	case <-m.done:
-		return Message{}, true, fmt.Errorf("ctrl: recv: %w", status.ErrClosed)
+	case <-pc.rtok: // the token is free, as it is for a lone Recv loop: no full select
+	default:
+		if took, msg, ok, err := m.waitToken(ctx, p, pc, q, changed); !took {
+			return msg, ok, err
+		}
 	}
 	defer func() { pc.rtok <- struct{}{} }()
 	select { // queued by the previous holder of the token
@@ -607,8 +605,9 @@ func (m *Manager) drive(ctx context.Context, p *peer, pc *pconn, q chan Message,
 	}
 	fc, _ := pc.c.(*fdconn.Conn)
 	if fc != nil {
-		fc.SetReadContext(ctx) // ends a read that waits (nothing to arm until one does)
-		defer fc.SetReadContext(context.Background())
+		// Ends a read that waits; kept after this Recv (a loop of Recvs with one context
+		// arms it once); the connection's reader sets its own.
+		fc.SetReadContext(ctx)
 	}
 	for {
 		stop := func() bool { return true }
@@ -641,6 +640,24 @@ func (m *Manager) drive(ctx context.Context, p *peer, pc *pconn, q chan Message,
 			}
 			return Message{}, true, fmt.Errorf("ctrl: recv from rank %d: %w", p.id, err)
 		}
+	}
+}
+
+// waitToken waits for pc's read token (took) or for what ends drive before it takes it: a
+// message queued for q by the token's holder, a connection change (ok false: look again),
+// ctx's end or the Manager's close; drive then returns msg, ok and err.
+func (m *Manager) waitToken(ctx context.Context, p *peer, pc *pconn, q chan Message, changed <-chan struct{}) (took bool, msg Message, ok bool, err error) {
+	select {
+	case <-pc.rtok:
+		return true, Message{}, false, nil
+	case msg := <-q:
+		return false, msg, true, nil
+	case <-changed:
+		return false, Message{}, false, nil
+	case <-ctx.Done():
+		return false, Message{}, true, fmt.Errorf("ctrl: recv from rank %d: %w", p.id, status.FromContext(ctx))
+	case <-m.done:
+		return false, Message{}, true, fmt.Errorf("ctrl: recv: %w", status.ErrClosed)
 	}
 }
 

@@ -33,10 +33,38 @@ type half struct {
 	mu       sync.Mutex // one call of this direction at a time
 	kick     int        // eventfd: written to make the waiter look again
 	deadline atomic.Int64
-	waiting  atomic.Bool // a call may be in poll(2): a deadline change must kick it
-	again    bool        // a call's first try found nothing: later ones poll first; guarded by mu
-	calls    uint8       // counts calls, so that every 16th tries first again; guarded by mu
-	ctx      context.Context
+	waiting  atomic.Bool     // a call may be in poll(2): a deadline change must kick it
+	again    bool            // a call's first try found nothing: later ones poll first; guarded by mu
+	calls    uint8           // counts calls, so that every 16th tries first again; guarded by mu
+	ctx      context.Context // the calls' context; guarded by mu (set between calls)
+
+	armMu sync.Mutex      // guards armed and stop (Close stops them without mu)
+	armed context.Context // the context an AfterFunc kicks this half for, if any
+	stop  func() bool     // armed's AfterFunc's stop
+}
+
+// arm makes sure an end of ctx kicks h: one AfterFunc per context, kept while the calls use
+// the same one (a Recv loop's context is armed once, not per wait). Caller holds h.mu.
+func (h *half) arm(ctx context.Context) {
+	h.armMu.Lock()
+	defer h.armMu.Unlock()
+	if h.armed == ctx {
+		return
+	}
+	if h.stop != nil {
+		h.stop()
+	}
+	h.armed, h.stop = ctx, context.AfterFunc(ctx, func() { kickHalf(h) })
+}
+
+// disarm drops h's AfterFunc, if any (at Close: a long-lived context does not keep it).
+func (h *half) disarm() {
+	h.armMu.Lock()
+	defer h.armMu.Unlock()
+	if h.stop != nil {
+		h.stop()
+	}
+	h.armed, h.stop = nil, nil
 }
 
 // New takes c's socket off the netpoller: it duplicates the socket, closes c and returns a
@@ -226,8 +254,7 @@ func (c *Conn) wait(h *half, events int16) error {
 		if ctx.Err() != nil {
 			return os.ErrDeadlineExceeded
 		}
-		stop := context.AfterFunc(ctx, func() { kickHalf(h) })
-		defer stop()
+		h.arm(ctx)
 	}
 	var ts *unix.Timespec
 	if d := h.deadline.Load(); d != 0 {
@@ -277,6 +304,8 @@ func (c *Conn) Close() error {
 	c.mu.Lock() // every call has left
 	c.closeFDs()
 	c.mu.Unlock()
+	c.rd.disarm()
+	c.wr.disarm()
 	return nil
 }
 
@@ -288,7 +317,8 @@ func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
 
 // SetReadContext makes the reads that follow end with os.ErrDeadlineExceeded, as a deadline
 // would, when ctx ends (context.Background(): never). The context costs nothing until a read
-// must wait. Not to be called while a Read runs.
+// must wait; then one context.AfterFunc is kept for it until another context is set and
+// waited with, or the Conn closes. Not to be called while a Read runs.
 func (c *Conn) SetReadContext(ctx context.Context) { c.rd.ctx = ctx }
 
 // SetWriteContext is SetReadContext for writes.
