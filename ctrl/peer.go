@@ -234,6 +234,7 @@ func (m *Manager) read(p *peer, pc *pconn) error {
 		if pc.waiters.Load() == 0 {
 			if fc, ok := pc.c.(*fdconn.Conn); ok {
 				fc.SetReadContext(context.Background()) // not the last Recv's
+				fc.SetDirectReads(false)                // a waiter's interruption reaches it at once
 			}
 			_, err = m.pump(p, pc, nil, pc.done)
 		}
@@ -608,6 +609,7 @@ func (m *Manager) drive(ctx context.Context, p *peer, pc *pconn, q chan Message,
 		// Ends a read that waits; kept after this Recv (a loop of Recvs with one context
 		// arms it once); the connection's reader sets its own.
 		fc.SetReadContext(ctx)
+		fc.SetDirectReads(true) // its answer wakes this thread in read(2)
 	}
 	for {
 		stop := func() bool { return true }

@@ -1,6 +1,8 @@
 // Package fdconn is a net.Conn over a socket that the runtime's netpoller does not watch: the
-// goroutine that reads or writes it blocks its own thread in poll(2) until the socket is ready,
-// as a C program's blocking call does, and the kernel wakes that thread directly.
+// goroutine that reads or writes it blocks its own thread in the socket's read(2) or write(2),
+// as a C program's blocking call does, and the kernel wakes that thread directly. That block
+// lasts a slice (1 ms, SO_RCVTIMEO/SO_SNDTIMEO); past it the call waits in poll(2) on the
+// socket and an eventfd, through which deadlines, contexts and Close reach it at once.
 //
 // Why: a read parked on the netpoller is woken by the netpoller's thread, which hands the
 // goroutine to a thread that runs it, two wake-ups where a blocking read has one; and a
@@ -11,6 +13,8 @@
 //
 // The price: each read or write in progress holds an OS thread (without a P once the runtime
 // takes it back), and a connection's background reader holds one for as long as it waits.
-// Deadlines, Close and a second goroutine's interruption reach a blocked call through an
-// eventfd in the same poll(2).
+// A deadline or a context's end is seen by a call in its first slice at the slice's end (a
+// call whose deadline is nearer waits in poll(2) from the start; a background reader that
+// another goroutine interrupts turns direct reads off); Close shuts the socket down, which
+// ends a call in read(2) or write(2) at once.
 package fdconn

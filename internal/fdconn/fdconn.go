@@ -34,8 +34,7 @@ type half struct {
 	kick     int        // eventfd: written to make the waiter look again
 	deadline atomic.Int64
 	waiting  atomic.Bool     // a call may be in poll(2): a deadline change must kick it
-	again    bool            // a call's first try found nothing: later ones poll first; guarded by mu
-	calls    uint8           // counts calls, so that every 16th tries first again; guarded by mu
+	direct   bool            // reads block in read(2) first (writes always do); guarded by mu
 	ctx      context.Context // the calls' context; guarded by mu (set between calls)
 
 	armMu sync.Mutex      // guards armed and stop (Close stops them without mu)
@@ -100,7 +99,18 @@ func New(c net.Conn) (*Conn, error) {
 	k := &Conn{fd: fd, laddr: c.LocalAddr(), raddr: c.RemoteAddr(), net: c.LocalAddr().Network()}
 	k.rd.kick, k.wr.kick = -1, -1
 	var err error
-	if err = unix.SetNonblock(fd, true); err == nil {
+	// Blocking, with its blocking bounded to a slice: a call first blocks in the socket's own
+	// read or write, as a C program does (one system call, the kernel waking this thread);
+	// when a slice passes without progress it waits in poll(2), where kicks reach it.
+	k.rd.direct = true
+	tv := unix.NsecToTimeval(int64(Slice))
+	if err = unix.SetNonblock(fd, false); err == nil {
+		err = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	}
+	if err == nil {
+		err = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
+	}
+	if err == nil {
 		if k.rd.kick, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err == nil {
 			k.wr.kick, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 		}
@@ -193,66 +203,91 @@ func (c *Conn) io(h *half, b []byte, bufs [][]byte) (int, error) {
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	// Answers awaited (a first try found nothing): wait first, saving a try that finds
-	// nothing; every 16th call tries first, to see whether data now come before they are
-	// awaited.
-	h.calls++
-	probe := !h.again || h.calls%16 == 0
-	if !probe {
-		if err := c.wait(h, events); err != nil {
-			return 0, err
-		}
+	if c.closed.Load() {
+		return 0, net.ErrClosed
 	}
-	for first := true; ; first = false {
-		if c.closed.Load() {
-			return 0, net.ErrClosed
+	if (h.direct || h == &c.wr) && c.mayBlock(h) {
+		n, err := c.op(h, b, bufs)
+		if n <= 0 && c.closed.Load() {
+			return 0, net.ErrClosed // Close's shutdown ended the call
 		}
-		var n int
-		var err error
-		// syscall's Read and Write, not x/sys/unix's: under the race detector they order
-		// this process's socket I/O as the runtime's sockets do (syscall's own sync point),
-		// so a write through net.Conn happens before a read here.
-		switch {
-		case h == &c.rd:
-			n, err = syscall.Read(c.fd, b)
-		case bufs != nil && !raceEnabled:
-			n, err = unix.Writev(c.fd, bufs)
-		case bufs != nil:
-			n, err = syscall.Write(c.fd, bufs[0]) // one by one, through the sync point
-		default:
-			n, err = syscall.Write(c.fd, b)
-		}
-
-		if first && probe {
-			h.again = err == unix.EAGAIN
-		}
-		switch err {
-		case nil:
-			return n, nil
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-		default:
+		if err != unix.EAGAIN && err != unix.EINTR {
 			return n, err
 		}
-		if err := c.wait(h, events); err != nil {
+		if n > 0 {
+			return n, nil // a partial write: the caller goes on
+		}
+	}
+	for {
+		ready, err := c.wait(h, events)
+		if err != nil {
 			return 0, err
+		}
+		if !ready {
+			continue // kicked: wait looks at closing, the deadline and the context again
+		}
+		n, err := c.op(h, b, bufs)
+		if n <= 0 && c.closed.Load() {
+			return 0, net.ErrClosed
+		}
+		if err != unix.EAGAIN && err != unix.EINTR {
+			return n, err
+		}
+		if n > 0 {
+			return n, nil
 		}
 	}
 }
 
-// wait blocks in poll(2) until the socket has events, the half's deadline passes or its
-// context ends (os.ErrDeadlineExceeded), the half is kicked or the Conn closes (then
-// net.ErrClosed).
-func (c *Conn) wait(h *half, events int16) error {
-	h.waiting.Store(true)
-	defer h.waiting.Store(false)
-	if c.closed.Load() { // after waiting is set: Close kicks us, or we see it here
-		return net.ErrClosed
+// mayBlock reports whether a call of h may block in the socket's own call for a slice: no
+// deadline or context ends before the slice does (then it waits in poll(2), where their end
+// is seen at once).
+func (c *Conn) mayBlock(h *half) bool {
+	if d := h.deadline.Load(); d != 0 && d-time.Now().UnixNano() < int64(Slice) {
+		return false
 	}
 	if ctx := h.ctx; ctx != nil && ctx.Done() != nil {
 		if ctx.Err() != nil {
-			return os.ErrDeadlineExceeded
+			return false
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < Slice {
+			return false
+		}
+	}
+	return true
+}
+
+// op makes the half's system call once: a read into b, or a write of b or bufs. It blocks
+// for at most a slice (then EAGAIN, or a partial count).
+//
+// syscall's Read and Write, not x/sys/unix's: under the race detector they order this
+// process's socket I/O as the runtime's sockets do (syscall's own sync point), so a write
+// through a net.Conn happens before a read here.
+func (c *Conn) op(h *half, b []byte, bufs [][]byte) (int, error) {
+	switch {
+	case h == &c.rd:
+		return syscall.Read(c.fd, b)
+	case bufs != nil && !raceEnabled:
+		return unix.Writev(c.fd, bufs)
+	case bufs != nil:
+		return syscall.Write(c.fd, bufs[0]) // one by one, through the sync point
+	default:
+		return syscall.Write(c.fd, b)
+	}
+}
+
+// wait blocks in poll(2) until the socket has events (ready), the half's deadline passes or
+// its context ends (os.ErrDeadlineExceeded), the half is kicked (not ready) or the Conn closes
+// (net.ErrClosed).
+func (c *Conn) wait(h *half, events int16) (ready bool, err error) {
+	h.waiting.Store(true)
+	defer h.waiting.Store(false)
+	if c.closed.Load() { // after waiting is set: Close kicks us, or we see it here
+		return false, net.ErrClosed
+	}
+	if ctx := h.ctx; ctx != nil && ctx.Done() != nil {
+		if ctx.Err() != nil {
+			return false, os.ErrDeadlineExceeded
 		}
 		h.arm(ctx)
 	}
@@ -260,20 +295,20 @@ func (c *Conn) wait(h *half, events int16) error {
 	if d := h.deadline.Load(); d != 0 {
 		left := d - time.Now().UnixNano()
 		if left <= 0 {
-			return os.ErrDeadlineExceeded
+			return false, os.ErrDeadlineExceeded
 		}
 		t := unix.NsecToTimespec(left)
 		ts = &t
 	}
 	fds := [2]unix.PollFd{{Fd: int32(c.fd), Events: events}, {Fd: int32(h.kick), Events: unix.POLLIN}}
 	if _, err := unix.Ppoll(fds[:], ts, nil); err != nil && err != unix.EINTR {
-		return err
+		return false, err
 	}
 	if fds[1].Revents != 0 {
 		var b [8]byte
 		_, _ = unix.Read(h.kick, b[:]) // drained; the loop looks at closing and the deadline again
 	}
-	return nil
+	return fds[0].Revents != 0, nil
 }
 
 // kickHalf wakes h's waiter, if one may be in poll(2).
@@ -301,7 +336,8 @@ func (c *Conn) Close() error {
 	one := [8]byte{1}
 	_, _ = unix.Write(c.rd.kick, one[:])
 	_, _ = unix.Write(c.wr.kick, one[:])
-	c.mu.Lock() // every call has left
+	_ = unix.Shutdown(c.fd, unix.SHUT_RDWR) // ends a call blocked in the socket's own read or write
+	c.mu.Lock()                             // every call has left
 	c.closeFDs()
 	c.mu.Unlock()
 	c.rd.disarm()
@@ -320,6 +356,17 @@ func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
 // must wait; then one context.AfterFunc is kept for it until another context is set and
 // waited with, or the Conn closes. Not to be called while a Read runs.
 func (c *Conn) SetReadContext(ctx context.Context) { c.rd.ctx = ctx }
+
+// SetDirectReads chooses how the reads that follow wait: on (the default), in read(2) for up
+// to a Slice and then in poll(2); off, in poll(2) at once, where a deadline set meanwhile, a
+// context's end or Close reach them at once (a background reader that another goroutine
+// interrupts). Not to be called while a Read runs.
+func (c *Conn) SetDirectReads(on bool) { c.rd.direct = on }
+
+// Slice bounds how long a call blocks in the socket's own read(2) or write(2) (rounded up to
+// the kernel's clock tick) before it waits in poll(2); a deadline set, a context ended or a
+// Close during a slice is seen at its end.
+const Slice = time.Millisecond
 
 // SetWriteContext is SetReadContext for writes.
 func (c *Conn) SetWriteContext(ctx context.Context) { c.wr.ctx = ctx }

@@ -114,8 +114,10 @@ func TestInterruptions(t *testing.T) {
 		t.Fatalf("read after the deadlines: %q %v", buf, err)
 	}
 
-	// A write the peer does not read fills the socket and waits; its deadline ends it.
+	// A write the peer does not read fills the socket and waits; its deadline ends it (set
+	// once the write's first bytes arrived, so the write began before it).
 	go func() {
+		_, _ = io.ReadFull(b, make([]byte, 1))
 		time.Sleep(20 * time.Millisecond)
 		_ = a.SetWriteDeadline(time.Unix(1, 0))
 	}()
