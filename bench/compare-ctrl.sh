@@ -3,7 +3,7 @@
 # same exchange in C (bench/peers/ctrl_pingpong.c: blocking socket, one thread per side, the
 # floor of what upstream HMC's C++ ctrl plane can do) and hmc's ctrl (BenchmarkRoundTripProcesses:
 # both sides fresh processes), over UDS and TCP, rounds interleaved; p50 medians.
-# Usage: bench/compare-ctrl.sh [repeats] [busy]   (default 3)
+# Usage: [PIN=one|two] bench/compare-ctrl.sh [repeats] [busy]   (default 3; PIN: bench/ctrl-lib.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/compare-lib.sh

@@ -17,4 +17,4 @@ import json,sys
 for l in sys.stdin:
     r=json.loads(l)
     if '$1' in ('', r['op']) and '$2' in ('', str(r['size'])): print(r['$3'])"; }
-echo "# $(date -u +%FT%TZ) $(nproc) cores, $(git rev-parse --short HEAD 2>/dev/null || echo nogit) ${2:-}"
+echo "# $(date -u +%FT%TZ) $(nproc) cores, $(git rev-parse --short HEAD 2>/dev/null || echo nogit) ${2:-} ${PIN:+PIN=$PIN}"

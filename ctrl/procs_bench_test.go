@@ -106,6 +106,20 @@ func benchChild(role string) error {
 	return nil
 }
 
+// cpusEnv places the two sides on CPUs: "E,P" runs the echo under taskset -c E and the
+// pinger under taskset -c P (bench/compare-ctrl.sh's one and two placements); unset: where
+// the scheduler puts them.
+const cpusEnv = "HMC_CTRL_BENCH_CPUS"
+
+// childCmd re-executes this test binary as side 0 (echo) or 1 (pinger), under taskset when
+// cpusEnv names CPUs.
+func childCmd(side int) *exec.Cmd {
+	if cpus := strings.Split(os.Getenv(cpusEnv), ","); len(cpus) == 2 {
+		return exec.Command("taskset", "-c", cpus[side], os.Args[0], "-test.run=^$")
+	}
+	return exec.Command(os.Args[0], "-test.run=^$")
+}
+
 // BenchmarkRoundTripProcesses is the control-plane round trip as users run it: a u64 from one
 // process to another that sends it back (upstream HMC's tag exchange), over TCP and UDS. Both
 // sides are fresh processes (the test binary re-executed); b.N round trips are timed by the
@@ -118,7 +132,7 @@ func BenchmarkRoundTripProcesses(b *testing.B) {
 			if tr == UDS {
 				where = UDSPathFor(b.TempDir(), 0)
 			}
-			echo := exec.Command(os.Args[0], "-test.run=^$")
+			echo := childCmd(0)
 			echo.Env = append(os.Environ(), roleEnv+"=echo:"+where)
 			echo.Stderr = os.Stderr
 			out, err := echo.StdoutPipe()
@@ -137,7 +151,7 @@ func BenchmarkRoundTripProcesses(b *testing.B) {
 			if tr == TCP {
 				target = "tcp:" + strings.TrimSpace(strings.TrimPrefix(line, "READY "))
 			}
-			ping := exec.Command(os.Args[0], "-test.run=^$")
+			ping := childCmd(1)
 			ping.Env = append(os.Environ(), fmt.Sprintf("%s=ping:%d:%s", roleEnv, b.N, target))
 			ping.Stderr = os.Stderr
 			b.ResetTimer()
