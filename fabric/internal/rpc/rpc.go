@@ -7,6 +7,7 @@ package rpc
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -76,7 +78,7 @@ func Listen(addr string, h Handler, timeout time.Duration, secret []byte, extra 
 		return nil, fmt.Errorf("rpc: listen %s: %w: %w", addr, status.ErrFailed, err)
 	}
 	s := &Server{l: l, h: h, timeout: timeout, secret: secret, sentinels: append(extra, base...), conns: make(map[net.Conn]struct{})}
-	inProcess.add(s.Addr())
+	inProcess.addServer(s)
 	s.wg.Add(1)
 	go s.accept() // owned by s: Close stops and waits
 	return s, nil
@@ -137,20 +139,37 @@ func (s *Server) serve(c net.Conn) {
 			c = s.offNetpoll(c)
 			src.c = c
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		out, err := s.h(ctx, req.Method, req.Body)
-		cancel()
-		var resp response
-		if err == nil && out != nil {
-			resp.Body, err = json.Marshal(out)
-		}
-		if err != nil {
-			resp = response{Code: int(status.CodeOf(err)), Kind: kind(s.sentinels, err), Err: err.Error()}
-		}
-		if err := writeFrame(c, resp); err != nil {
+		if err := writeFrame(c, s.answer(req.Method, req.Body)); err != nil {
 			return
 		}
 	}
+}
+
+// answer runs the handler for one request, bounded by the server's timeout, and makes its
+// reply.
+func (s *Server) answer(method string, body json.RawMessage) response {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	out, err := s.h(ctx, method, body)
+	cancel()
+	var resp response
+	if err == nil && out != nil {
+		resp.Body, err = json.Marshal(out)
+	}
+	if err != nil {
+		resp = response{Code: int(status.CodeOf(err)), Kind: kind(s.sentinels, err), Err: err.Error()}
+	}
+	return resp
+}
+
+// enter counts a call made to s from this process (callLocal); false once s is closed.
+func (s *Server) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	return true
 }
 
 // connReader reads the connection serve uses now (it leaves the netpoller after the first
@@ -159,15 +178,44 @@ type connReader struct{ c net.Conn }
 
 func (r *connReader) Read(b []byte) (int, error) { return r.c.Read(b) }
 
-// inProcess holds the addresses of this process's servers and of its clients' connections to
-// them. Both ends of such a connection stay on the netpoller: there one thread can run the
-// client, then the server, then the client, where blocking reads would wake a thread per
-// message (measured: 29,000 exist calls/s against 52,000 with the master in the process).
-var inProcess = addrSet{m: map[string]int{}}
+// inProcess holds this process's servers and the addresses of its clients' connections to
+// them. A call to such a server with the same secret is a function call (callLocal: with the
+// KV master in the process, 144,000 exist calls/s against 55,000 over loopback); one that
+// still goes over a socket (another
+// secret, whose refusal the server must send) keeps both ends on the netpoller: there one
+// thread runs the client, then the server, then the client, where blocking reads would wake a
+// thread per message (29,000 exist calls/s against 52,000).
+var inProcess = addrSet{m: map[string]int{}, servers: map[string]*Server{}}
+
+// localCalls lets calls to a server of this process skip the socket (tests of the wire turn
+// it off).
+var localCalls = true
 
 type addrSet struct {
-	mu sync.Mutex
-	m  map[string]int // guarded by mu
+	mu      sync.Mutex
+	m       map[string]int     // addresses of clients' connections; guarded by mu
+	servers map[string]*Server // by Addr; guarded by mu
+}
+
+func (a *addrSet) addServer(s *Server) {
+	a.mu.Lock()
+	a.servers[s.Addr()] = s
+	a.mu.Unlock()
+}
+
+func (a *addrSet) removeServer(s *Server) {
+	a.mu.Lock()
+	if a.servers[s.Addr()] == s {
+		delete(a.servers, s.Addr())
+	}
+	a.mu.Unlock()
+}
+
+// server returns this process's server at addr, or nil.
+func (a *addrSet) server(addr string) *Server {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.servers[addr]
 }
 
 func (a *addrSet) add(k string) {
@@ -233,7 +281,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
-	inProcess.remove(s.Addr())
+	inProcess.removeServer(s)
 	for c := range s.conns {
 		_ = c.Close()
 	}
@@ -303,6 +351,9 @@ func (c *Client) Call(ctx context.Context, addr, method string, req, resp any) e
 	if err != nil {
 		return fmt.Errorf("rpc: %s: %w: %w", method, status.ErrInvalidConfig, err)
 	}
+	if s := inProcess.server(addr); s != nil && localCalls && bytes.Equal(s.secret, c.secret) {
+		return c.callLocal(ctx, s, addr, method, body, resp)
+	}
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	if cc.c == nil {
@@ -323,7 +374,7 @@ func (c *Client) Call(ctx context.Context, addr, method string, req, resp any) e
 			return fmt.Errorf("rpc: %s: %w", addr, err)
 		}
 		var conn net.Conn = nc
-		if inProcess.has(addr) {
+		if inProcess.server(addr) != nil {
 			cc.local = nc.LocalAddr().String()
 			inProcess.add(cc.local) // before the first request: the server looks then
 		} else if fc, err := fdconn.New(nc); err == nil {
@@ -357,6 +408,11 @@ func (c *Client) Call(ctx context.Context, addr, method string, req, resp any) e
 		}
 		return fmt.Errorf("rpc: %s %s: %w: %w", addr, method, status.ErrPeerClosed, err)
 	}
+	return c.result(method, out, resp)
+}
+
+// result decodes a reply into resp (nil: ignored), or returns its error.
+func (c *Client) result(method string, out response, resp any) error {
 	if out.Code != 0 {
 		return fmt.Errorf("%s: %w", out.Err, c.sentinel(out))
 	}
@@ -366,6 +422,35 @@ func (c *Client) Call(ctx context.Context, addr, method string, req, resp any) e
 		}
 	}
 	return nil
+}
+
+// callLocal is Call to a server of this process with the same secret: the request is handed
+// to its handler as the connection would hand it (the same JSON body, the server's own
+// timeout, the reply's error encoding) without a socket, two system calls and two wake-ups
+// per call. The caller's context and timeout bound its wait as they bound a read.
+func (c *Client) callLocal(ctx context.Context, s *Server, addr, method string, body json.RawMessage, resp any) error {
+	if !s.enter() {
+		return fmt.Errorf("rpc: %s %s: %w: %w", addr, method, status.ErrPeerClosed, net.ErrClosed)
+	}
+	done := make(chan response, 1)
+	go func() { // owned by s: its Close waits (enter)
+		defer s.wg.Done()
+		done <- s.answer(method, body)
+	}()
+	var timeout <-chan time.Time
+	if _, ok := ctx.Deadline(); !ok {
+		t := time.NewTimer(c.timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case out := <-done:
+		return c.result(method, out, resp)
+	case <-ctx.Done():
+		return status.FromContext(ctx)
+	case <-timeout:
+		return fmt.Errorf("rpc: %s %s: %w: %w", addr, method, status.ErrPeerClosed, os.ErrDeadlineExceeded)
+	}
 }
 
 func (c *Client) sentinel(r response) error {

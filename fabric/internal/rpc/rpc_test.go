@@ -19,7 +19,19 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var errMine = fmt.Errorf("%w: mine", status.ErrPeerClosed)
 
+// TestCallAndErrors: replies and errors (sentinels both sides name) over the wire and through
+// a call to a server of this process.
 func TestCallAndErrors(t *testing.T) {
+	for _, local := range []bool{false, true} {
+		t.Run(fmt.Sprintf("local=%v", local), func(t *testing.T) {
+			defer func(was bool) { localCalls = was }(localCalls)
+			localCalls = local
+			callAndErrors(t)
+		})
+	}
+}
+
+func callAndErrors(t *testing.T) {
 	h := func(_ context.Context, method string, body json.RawMessage) (any, error) {
 		switch method {
 		case "echo":
@@ -55,6 +67,40 @@ func TestCallAndErrors(t *testing.T) {
 	srv.Close()
 	if err := c.Call(ctx, srv.Addr(), "echo", "x", &out); !errors.Is(err, status.ErrPeerClosed) {
 		t.Fatalf("call to a closed server: %v", err)
+	}
+}
+
+// TestLocalCallBounds: a call to a server of this process waits no longer than its context
+// (the handler runs on, as it would behind a socket), and Close waits for that handler.
+func TestLocalCallBounds(t *testing.T) {
+	release := make(chan struct{})
+	h := func(context.Context, string, json.RawMessage) (any, error) {
+		<-release
+		return "late", nil
+	}
+	srv, err := Listen("127.0.0.1:0", h, 5*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewClient(time.Second, nil)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := c.Call(ctx, srv.Addr(), "slow", nil, nil); !errors.Is(err, status.ErrTimeout) || time.Since(start) > 2*time.Second {
+		t.Fatalf("call past its context: %v after %v", err, time.Since(start))
+	}
+	closed := make(chan struct{})
+	go func() { srv.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a handler ran")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	<-closed
+	if err := c.Call(context.Background(), srv.Addr(), "slow", nil, nil); !errors.Is(err, status.ErrPeerClosed) {
+		t.Fatalf("call to the closed server: %v", err)
 	}
 }
 
