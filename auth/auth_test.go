@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/hmc-go/hmc/internal/sockpair"
 	"io"
 	"net"
 	"strings"
@@ -19,26 +20,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // pair connects two loopback TCP sockets.
-func pair(t *testing.T) (client, server net.Conn) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	ch := make(chan net.Conn, 1)
-	go func() {
-		c, _ := l.Accept()
-		ch <- c
-	}()
-	client, err = net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server = <-ch
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
+func pair(t *testing.T) (client, server net.Conn) { return sockpair.New(t, "tcp") }
 
 // run authenticates both ends of a fresh pair, as a protocol does before its first message,
 // and then exchanges a hello and a welcome through the connections they returned. A side

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/hmc-go/hmc/internal/sockpair"
 	"io"
 	"net"
 	"os"
@@ -18,28 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // pair returns a Conn (from the dialled side) and the plain accepted end.
 func pair(t *testing.T, network string) (*Conn, net.Conn) {
 	t.Helper()
-	addr := "127.0.0.1:0"
-	if network == "unix" {
-		addr = t.TempDir() + "/s"
-	}
-	l, err := net.Listen(network, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	done := make(chan net.Conn, 1)
-	go func() {
-		c, _ := l.Accept()
-		done <- c
-	}()
-	d, err := net.Dial(network, l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := <-done
-	if b == nil {
-		t.Fatal("accept failed")
-	}
+	d, b := sockpair.New(t, network)
 	a, err := New(d)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +27,7 @@ func pair(t *testing.T, network string) (*Conn, net.Conn) {
 	if _, err := d.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("the original conn after New: %v, want it closed", err)
 	}
-	t.Cleanup(func() { a.Close(); b.Close() })
+	t.Cleanup(func() { a.Close() })
 	return a, b
 }
 

@@ -2,6 +2,7 @@ package spinread
 
 import (
 	"errors"
+	"github.com/hmc-go/hmc/internal/sockpair"
 	"io"
 	"net"
 	"os"
@@ -9,30 +10,7 @@ import (
 	"time"
 )
 
-func pair(t *testing.T, network string) (a, b net.Conn) {
-	addr := "127.0.0.1:0"
-	if network == "unix" {
-		addr = t.TempDir() + "/s"
-	}
-	l, err := net.Listen(network, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	done := make(chan net.Conn, 1)
-	go func() {
-		c, _ := l.Accept()
-		done <- c
-	}()
-	if a, err = net.Dial(network, l.Addr().String()); err != nil {
-		t.Fatal(err)
-	}
-	if b = <-done; b == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
-}
+func pair(t *testing.T, network string) (a, b net.Conn) { return sockpair.New(t, network) }
 
 // TestReads: a spinning reader returns what was sent (sent before the read and while it
 // spins or sleeps), a read deadline in the past interrupts a parked read with
