@@ -207,7 +207,9 @@ func CheckRanges(localSize, remoteSize, localOff, remoteOff, n uint64) error {
 type VectorRMA interface {
 	// WriteVAsync copies srcs[i] to dsts[i] for every i; the Op completes when every piece is
 	// visible at the target, or with the first error (which pieces landed is then unspecified,
-	// as for a failed WriteAsync). srcs must stay unchanged until then.
+	// as for a failed WriteAsync). The bytes of srcs must stay unchanged until then; the lists
+	// srcs and dsts themselves are the caller's again once the call returns (an
+	// implementation copies what it keeps), so a caller may reuse them for its next vector.
 	WriteVAsync(ctx context.Context, srcs [][]byte, dsts []Remote) (*Op, error)
 	// ReadVAsync copies the bytes at srcs[i] into dsts[i] for every i.
 	ReadVAsync(ctx context.Context, dsts [][]byte, srcs []Remote) (*Op, error)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/hmc-go/hmc/memory"
@@ -281,10 +282,15 @@ func (e *Engine) post(ctx context.Context, p *peer, reqs []Request, places []mem
 	var wrem, rrem []transport.Remote
 	if !vector {
 		ops = make([]*transport.Op, 0, len(reqs))
-	} else if reqs[0].Op == Write {
-		wsrc, wrem = make([][]byte, 0, len(reqs)), make([]transport.Remote, 0, len(reqs))
 	} else {
-		rdst, rrem = make([][]byte, 0, len(reqs)), make([]transport.Remote, 0, len(reqs))
+		// The lists are the engine's again when the vector calls return (VectorRMA's
+		// contract): pooled, a batch of 512 blocks does not make 24 KiB of garbage.
+		w, r := vecPool.Get().(*vecLists), vecPool.Get().(*vecLists)
+		wsrc, wrem, rdst, rrem = w.bufs, w.rems, r.bufs, r.rems
+		defer func() {
+			w.put(wsrc, wrem)
+			r.put(rdst, rrem)
+		}()
 	}
 	for i, q := range reqs {
 		if places != nil && places[i].OnDevice() {
@@ -327,6 +333,21 @@ func (e *Engine) post(ctx context.Context, p *peer, reqs []Request, places []mem
 		ops = append(ops, op)
 	}
 	return ops, k, ep, nil
+}
+
+// vecLists are one direction's lists of a vector call, kept between batches.
+type vecLists struct {
+	bufs [][]byte
+	rems []transport.Remote
+}
+
+var vecPool = sync.Pool{New: func() any { return new(vecLists) }}
+
+// put clears bufs (the pool must not keep the batch's memory alive) and pools both lists.
+func (v *vecLists) put(bufs [][]byte, rems []transport.Remote) {
+	clear(bufs)
+	v.bufs, v.rems = bufs[:0], rems[:0]
+	vecPool.Put(v)
 }
 
 // postDevice posts one request whose local memory is device memory at pl.

@@ -742,6 +742,23 @@ func (ep *endpoint) pinForDevice(r *peerRegion, lp memory.Place) {
 	r.unpin = unpin
 }
 
+// vecScratch holds a vector copy's lists of destinations and sources between calls: a KV
+// batch of 512 blocks made 24 KiB of them per call, a garbage collection every few
+// milliseconds at tens of thousands of batches a second, whose mark worker takes a P from the
+// copy.
+type vecScratch struct{ dsts, srcs [][]byte }
+
+var vecPool = sync.Pool{New: func() any { return new(vecScratch) }}
+
+// put clears the lists (they must not keep the pieces' memory alive) and pools them. The copy
+// is complete: no helper reads them after (a helper that comes late finds every piece claimed).
+func (v *vecScratch) put() {
+	clear(v.dsts)
+	clear(v.srcs)
+	v.dsts, v.srcs = v.dsts[:0], v.srcs[:0]
+	vecPool.Put(v)
+}
+
 // WriteVAsync implements transport.VectorRMA: the pieces are copied into the target's mappings
 // as one vector copy (shared among the endpoint's copy goroutines when they add up to a parallel
 // copy's worth: a batch of blocks each too small to split), each region looked up and marked in
@@ -783,8 +800,10 @@ func (ep *endpoint) rmaVector(ctx context.Context, write bool, bufs [][]byte, re
 		}
 		return nil, 0
 	}
-	dsts := make([][]byte, 0, len(bufs))
-	srcs := make([][]byte, 0, len(bufs))
+	v := vecPool.Get().(*vecScratch)
+	defer v.put()
+	dsts, srcs := v.dsts[:0], v.srcs[:0]
+	defer func() { v.dsts, v.srcs = dsts, srcs }() // grown: kept for the next vector
 	for i, b := range bufs {
 		n := uint64(len(b))
 		rem := remotes[i]
