@@ -243,28 +243,28 @@ func (b *BigMemory) mapped(r int) bool {
 func (b *BigMemory) runRest(ctx context.Context, rest []item) []error {
 	var errs []error
 	var dsts, srcs [][]byte
-	var dones []func()
+	var h held // every member the batch's views reach, locked once until its copy is done
+	var later []item
 	for _, it := range rest {
-		sv, sdone, sok, err := b.hostView(it.s, it.n)
+		sv, sok, err := b.view(it.s, it.n, &h)
 		if err == nil && sok {
-			dv, ddone, dok, err2 := b.hostView(it.d, it.n)
+			dv, dok, err2 := b.view(it.d, it.n, &h)
 			if err2 == nil && dok && !overlaps(memory.AddrOf(sv), it.n, memory.AddrOf(dv), it.n) {
-				dsts, srcs, dones = append(dsts, dv), append(srcs, sv), append(dones, sdone, ddone)
+				dsts, srcs = append(dsts, dv), append(srcs, sv)
 				continue
 			}
 			if err2 == nil && dok {
 				copy(dv, sv) // overlapping: memmove
-				ddone()
-				sdone()
 				continue
 			}
 			if err2 == nil {
-				err2 = b.copyOne(ctx, it.s, it.d, it.n)
+				later = append(later, it) // copyOne locks members itself: after the release
+				continue
 			}
-			sdone()
 			err = err2
 		} else if err == nil {
-			err = b.copyOne(ctx, it.s, it.d, it.n)
+			later = append(later, it)
+			continue
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("element %d: %w", it.idx, err))
@@ -273,8 +273,11 @@ func (b *BigMemory) runRest(ctx context.Context, rest []item) []error {
 	if len(srcs) > 0 {
 		b.copier.CopyV(dsts, srcs)
 	}
-	for _, done := range dones {
-		done()
+	h.release()
+	for _, it := range later {
+		if err := b.copyOne(ctx, it.s, it.d, it.n); err != nil {
+			errs = append(errs, fmt.Errorf("element %d: %w", it.idx, err))
+		}
 	}
 	return errs
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
@@ -210,28 +211,52 @@ func (b *BigMemory) Read(ctx context.Context, p []byte, src uint64) error {
 // this rank's DRAM slice, a co-located member's mapped slice), with the function that ends the
 // use; ok is false otherwise.
 func (b *BigMemory) hostView(e end, n uint64) (p []byte, done func(), ok bool, err error) {
+	var h held
+	p, ok, err = b.view(e, n, &h)
+	return p, h.release, ok, err
+}
+
+// held is the members whose mappings a copy uses: each read-locked once, however many of the
+// copy's views are in it. A second RLock of a member while an unmapping waits for its Lock
+// would never return (sync.RWMutex), so a batch whose pieces reach one member many times,
+// or a copy between two places of one member, locks it once.
+type held []*member
+
+// release ends the use of every member held.
+func (h *held) release() {
+	for _, m := range *h {
+		m.mu.RUnlock()
+	}
+	*h = (*h)[:0]
+}
+
+// view is hostView with the members' locks recorded in h (released by the caller, once).
+func (b *BigMemory) view(e end, n uint64, h *held) (p []byte, ok bool, err error) {
 	switch {
 	case e.w == localHost:
-		return memory.HostSlice(memory.Ptr(e.addr), n), func() {}, true, nil
+		return memory.HostSlice(memory.Ptr(e.addr), n), true, nil
 	case e.w == globalHost && e.rank == b.rank:
-		return b.local[e.off : e.off+n], func() {}, true, nil
+		return b.local[e.off : e.off+n], true, nil
 	case e.w == globalHost:
 		m, err := b.member(e.rank)
 		if err != nil {
-			return nil, nil, false, err
+			return nil, false, err
 		}
-		m.mu.RLock()
-		if m.gone {
-			m.mu.RUnlock()
-			return nil, nil, false, fmt.Errorf("rank %d: %w", e.rank, ErrRankDown)
+		if !slices.Contains(*h, m) {
+			m.mu.RLock()
+			if m.gone || m.mapd == nil {
+				gone := m.gone
+				m.mu.RUnlock()
+				if gone {
+					return nil, false, fmt.Errorf("rank %d: %w", e.rank, ErrRankDown)
+				}
+				return nil, false, nil
+			}
+			*h = append(*h, m)
 		}
-		if m.mapd == nil {
-			m.mu.RUnlock()
-			return nil, nil, false, nil
-		}
-		return m.mapd[e.off : e.off+n], m.mu.RUnlock, true, nil
+		return m.mapd[e.off : e.off+n], true, nil
 	}
-	return nil, nil, false, nil
+	return nil, false, nil
 }
 
 // devicePtr returns e's device address when it is this process's GPU memory.
@@ -248,19 +273,15 @@ func (b *BigMemory) devicePtr(e end) (memory.Ptr, bool) {
 // copyOne runs one resolved copy, choosing the path: plain copy, device copy, one-sided RMA
 // (with a host bounce for device memory), or the owner's agent.
 func (b *BigMemory) copyOne(ctx context.Context, s, d end, n uint64) error {
-	sv, sdone, sok, err := b.hostView(s, n)
+	var h held // s and d may be places of one member: locked once
+	defer h.release()
+	sv, sok, err := b.view(s, n, &h)
 	if err != nil {
 		return err
 	}
-	if sok {
-		defer sdone()
-	}
-	dv, ddone, dok, err := b.hostView(d, n)
+	dv, dok, err := b.view(d, n, &h)
 	if err != nil {
 		return err
-	}
-	if dok {
-		defer ddone()
 	}
 	sp, sdev := b.devicePtr(s)
 	dp, ddev := b.devicePtr(d)
