@@ -15,8 +15,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Conn is a connected stream socket read and written with blocking poll(2) waits. Reads may
-// run concurrently with writes; concurrent reads (or writes) are serialised.
+// Conn is a connected stream socket read and written with blocking system calls: the
+// socket's own read(2) or write(2) for up to a Slice, then poll(2). Reads may run concurrently
+// with writes; concurrent reads (or writes) are serialised.
 type Conn struct {
 	fd           int
 	laddr, raddr net.Addr
@@ -34,7 +35,7 @@ type half struct {
 	kick     int        // eventfd: written to make the waiter look again
 	deadline atomic.Int64
 	waiting  atomic.Bool     // a call may be in poll(2): a deadline change must kick it
-	direct   bool            // reads block in read(2) first (writes always do); guarded by mu
+	direct   bool            // calls block in the socket's own call first (SetDirectReads); guarded by mu
 	ctx      context.Context // the calls' context; guarded by mu (set between calls)
 
 	armMu sync.Mutex      // guards armed and stop (Close stops them without mu)
@@ -69,24 +70,14 @@ func (h *half) disarm() {
 // New takes c's socket off the netpoller: it duplicates the socket, closes c and returns a
 // Conn over the copy. c must be a *net.TCPConn or *net.UnixConn; on error c is left open.
 func New(c net.Conn) (*Conn, error) {
-	var raw interface {
-		Control(func(fd uintptr)) error
-	}
-	switch t := c.(type) {
-	case *net.TCPConn:
-		rc, err := t.SyscallConn()
-		if err != nil {
-			return nil, fmt.Errorf("fdconn: %w", err)
-		}
-		raw = rc
-	case *net.UnixConn:
-		rc, err := t.SyscallConn()
-		if err != nil {
-			return nil, fmt.Errorf("fdconn: %w", err)
-		}
-		raw = rc
+	switch c.(type) {
+	case *net.TCPConn, *net.UnixConn:
 	default:
 		return nil, fmt.Errorf("fdconn: %T is not a TCP or Unix socket", c)
+	}
+	raw, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("fdconn: %w", err)
 	}
 	fd := -1
 	var derr error
@@ -98,11 +89,10 @@ func New(c net.Conn) (*Conn, error) {
 	}
 	k := &Conn{fd: fd, laddr: c.LocalAddr(), raddr: c.RemoteAddr(), net: c.LocalAddr().Network()}
 	k.rd.kick, k.wr.kick = -1, -1
-	var err error
 	// Blocking, with its blocking bounded to a slice: a call first blocks in the socket's own
 	// read or write, as a C program does (one system call, the kernel waking this thread);
 	// when a slice passes without progress it waits in poll(2), where kicks reach it.
-	k.rd.direct = true
+	k.rd.direct, k.wr.direct = true, true
 	tv := unix.NsecToTimeval(int64(Slice))
 	if err = unix.SetNonblock(fd, false); err == nil {
 		err = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
@@ -206,7 +196,16 @@ func (c *Conn) io(h *half, b []byte, bufs [][]byte) (int, error) {
 	if c.closed.Load() {
 		return 0, net.ErrClosed
 	}
-	if (h.direct || h == &c.wr) && c.mayBlock(h) {
+	for try := h.direct && c.mayBlock(h); ; try = false {
+		if !try { // wait in poll(2) first
+			ready, err := c.wait(h, events)
+			if err != nil {
+				return 0, err
+			}
+			if !ready {
+				continue // kicked: wait looks at closing, the deadline and the context again
+			}
+		}
 		n, err := c.op(h, b, bufs)
 		if n <= 0 && c.closed.Load() {
 			return 0, net.ErrClosed // Close's shutdown ended the call
@@ -216,25 +215,6 @@ func (c *Conn) io(h *half, b []byte, bufs [][]byte) (int, error) {
 		}
 		if n > 0 {
 			return n, nil // a partial write: the caller goes on
-		}
-	}
-	for {
-		ready, err := c.wait(h, events)
-		if err != nil {
-			return 0, err
-		}
-		if !ready {
-			continue // kicked: wait looks at closing, the deadline and the context again
-		}
-		n, err := c.op(h, b, bufs)
-		if n <= 0 && c.closed.Load() {
-			return 0, net.ErrClosed
-		}
-		if err != unix.EAGAIN && err != unix.EINTR {
-			return n, err
-		}
-		if n > 0 {
-			return n, nil
 		}
 	}
 }
@@ -378,10 +358,11 @@ func (c *Conn) SetDeadline(t time.Time) error {
 	return nil
 }
 
-// SetReadDeadline implements net.Conn; a read in progress sees it at once.
+// SetReadDeadline implements net.Conn; a read in progress sees it at once in poll(2), at the
+// end of its slice in read(2).
 func (c *Conn) SetReadDeadline(t time.Time) error { c.setDeadline(&c.rd, t); return nil }
 
-// SetWriteDeadline implements net.Conn; a write in progress sees it at once.
+// SetWriteDeadline implements net.Conn, as SetReadDeadline.
 func (c *Conn) SetWriteDeadline(t time.Time) error { c.setDeadline(&c.wr, t); return nil }
 
 func (c *Conn) setDeadline(h *half, t time.Time) {
