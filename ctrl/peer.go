@@ -58,6 +58,7 @@ type pconn struct {
 	readerIn   atomic.Bool   // the connection's reader holds rtok: interrupt it to get it
 	rkick      atomic.Bool   // a read deadline in the past may be set: clear it before reading
 	br         *bufio.Reader // guarded by rtok
+	fc         *fdconn.Conn  // c off the netpoller, or nil (c is the runtime's)
 	part       *Message      // a large frame read in part (by a reader that was interrupted); guarded by rtok
 	got        int           // bytes of part's payload read; guarded by rtok
 	held       *Message      // a frame whose inbox was full; guarded by rtok
@@ -73,6 +74,7 @@ func (pc *pconn) kickRead() {
 func newPconn(c net.Conn, spin time.Duration) *pconn {
 	r, _ := spinread.NewReader(c, spin)
 	pc := &pconn{c: c, done: make(chan struct{}), rtok: make(chan struct{}, 1), br: bufio.NewReaderSize(r, readBuf)}
+	pc.fc, _ = c.(*fdconn.Conn)
 	pc.rtok <- struct{}{}
 	pc.lastWaiter.Store(nanotime() - int64(linger)) // the reader starts at once
 	return pc
@@ -232,9 +234,9 @@ func (m *Manager) read(p *peer, pc *pconn) error {
 		pc.readerIn.Store(true)
 		var err error
 		if pc.waiters.Load() == 0 {
-			if fc, ok := pc.c.(*fdconn.Conn); ok {
-				fc.SetReadContext(context.Background()) // not the last Recv's
-				fc.SetDirectReads(false)                // a waiter's interruption reaches it at once
+			if pc.fc != nil {
+				pc.fc.SetReadContext(context.Background()) // not the last Recv's
+				pc.fc.SetDirectReads(false)                // a waiter's interruption reaches it at once
 			}
 			_, err = m.pump(p, pc, nil, pc.done)
 		}
@@ -458,19 +460,13 @@ func (m *Manager) Send(ctx context.Context, id uint32, t MsgType, flags uint16, 
 
 var longAgo = time.Unix(1, 0)
 
-// buffersWriter writes several buffers in one system call (fdconn.Conn; net.Buffers does so
-// for the runtime's own sockets).
-type buffersWriter interface {
-	WriteBuffers(bufs [][]byte) (int64, error)
-}
-
 func (pc *pconn) writeFrame(ctx context.Context, h Header, payload []byte) error {
 	pc.wmu.Lock()
 	defer pc.wmu.Unlock()
 	// ctx's end interrupts a blocked write; no write deadline per frame (a runtime timer per
 	// frame wakes the netpoller, see linger).
-	if fc, ok := pc.c.(*fdconn.Conn); ok {
-		fc.SetWriteContext(ctx) // nothing to arm until a write waits; kept, as the reads'
+	if pc.fc != nil {
+		pc.fc.SetWriteContext(ctx) // nothing to arm until a write waits; kept, as the reads'
 	} else if ctx.Done() != nil {
 		fired := make(chan struct{})
 		stop := context.AfterFunc(ctx, func() {
@@ -493,8 +489,8 @@ func (pc *pconn) writeFrame(ctx context.Context, h Header, payload []byte) error
 		var nn int
 		nn, err = pc.c.Write(b)
 		n = int64(nn)
-	} else if bw, ok := pc.c.(buffersWriter); ok {
-		n, err = bw.WriteBuffers([][]byte{h[:], payload})
+	} else if pc.fc != nil { // one writev, as net.Buffers makes for the runtime's sockets
+		n, err = pc.fc.WriteBuffers([][]byte{h[:], payload})
 	} else {
 		bufs := net.Buffers{h[:], payload}
 		n, err = bufs.WriteTo(pc.c)
@@ -604,16 +600,15 @@ func (m *Manager) drive(ctx context.Context, p *peer, pc *pconn, q chan Message,
 	if pc.rkick.Swap(false) {
 		_ = pc.c.SetReadDeadline(time.Time{})
 	}
-	fc, _ := pc.c.(*fdconn.Conn)
-	if fc != nil {
+	if pc.fc != nil {
 		// Ends a read that waits; kept after this Recv (a loop of Recvs with one context
 		// arms it once); the connection's reader sets its own.
-		fc.SetReadContext(ctx)
-		fc.SetDirectReads(true) // its answer wakes this thread in read(2)
+		pc.fc.SetReadContext(ctx)
+		pc.fc.SetDirectReads(true) // its answer wakes this thread in read(2)
 	}
 	for {
 		stop := func() bool { return true }
-		if ctx.Done() != nil && fc == nil {
+		if ctx.Done() != nil && pc.fc == nil {
 			stop = context.AfterFunc(ctx, pc.kickRead)
 		}
 		msg, err := m.pump(p, pc, q, ctx.Done())
