@@ -181,11 +181,10 @@ func (r *connReader) Read(b []byte) (int, error) { return r.c.Read(b) }
 // inProcess holds this process's servers and the addresses of its clients' connections to
 // them. A call to such a server with the same secret is a function call (callLocal: with the
 // KV master in the process, 144,000 exist calls/s against 55,000 over loopback); one that
-// still goes over a socket (another
-// secret, whose refusal the server must send) keeps both ends on the netpoller: there one
-// thread runs the client, then the server, then the client, where blocking reads would wake a
-// thread per message (29,000 exist calls/s against 52,000).
-var inProcess = addrSet{m: map[string]int{}, servers: map[string]*Server{}}
+// still goes over a socket (another secret, whose refusal the server must send) keeps both
+// ends on the netpoller: there one thread runs the client, then the server, then the client,
+// where blocking reads would wake a thread per message (29,000 exist calls/s against 52,000).
+var inProcess = addrSet{clients: map[string]int{}, servers: map[string]*Server{}}
 
 // localCalls lets calls to a server of this process skip the socket (tests of the wire turn
 // it off).
@@ -193,7 +192,7 @@ var localCalls = true
 
 type addrSet struct {
 	mu      sync.Mutex
-	m       map[string]int     // addresses of clients' connections; guarded by mu
+	clients map[string]int     // local addresses of clients' connections; guarded by mu
 	servers map[string]*Server // by Addr; guarded by mu
 }
 
@@ -218,24 +217,24 @@ func (a *addrSet) server(addr string) *Server {
 	return a.servers[addr]
 }
 
-func (a *addrSet) add(k string) {
+func (a *addrSet) addClient(k string) {
 	a.mu.Lock()
-	a.m[k]++
+	a.clients[k]++
 	a.mu.Unlock()
 }
 
-func (a *addrSet) remove(k string) {
+func (a *addrSet) removeClient(k string) {
 	a.mu.Lock()
-	if a.m[k]--; a.m[k] <= 0 {
-		delete(a.m, k)
+	if a.clients[k]--; a.clients[k] <= 0 {
+		delete(a.clients, k)
 	}
 	a.mu.Unlock()
 }
 
-func (a *addrSet) has(k string) bool {
+func (a *addrSet) hasClient(k string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.m[k] > 0
+	return a.clients[k] > 0
 }
 
 // maxBlockingConns is how many connections of a Server leave the netpoller (fdconn): each
@@ -246,7 +245,7 @@ const maxBlockingConns = 64
 // request arrives (the netpoller's hand-off costs a wake-up per request), while fewer than
 // maxBlockingConns do; c itself otherwise. The conns entry follows, so Close closes it.
 func (s *Server) offNetpoll(c net.Conn) net.Conn {
-	if inProcess.has(c.RemoteAddr().String()) {
+	if inProcess.hasClient(c.RemoteAddr().String()) {
 		return c // a client of this process: one thread may serve both ends with no wake-up
 	}
 	s.mu.Lock()
@@ -321,7 +320,7 @@ func (cc *conn) drop() {
 	_ = cc.c.Close()
 	cc.c = nil
 	if cc.local != "" {
-		inProcess.remove(cc.local)
+		inProcess.removeClient(cc.local)
 		cc.local = ""
 	}
 }
@@ -351,8 +350,9 @@ func (c *Client) Call(ctx context.Context, addr, method string, req, resp any) e
 	if err != nil {
 		return fmt.Errorf("rpc: %s: %w: %w", method, status.ErrInvalidConfig, err)
 	}
-	if s := inProcess.server(addr); s != nil && localCalls && bytes.Equal(s.secret, c.secret) {
-		return c.callLocal(ctx, s, addr, method, body, resp)
+	local := inProcess.server(addr)
+	if local != nil && localCalls && bytes.Equal(local.secret, c.secret) {
+		return c.callLocal(ctx, local, addr, method, body, resp)
 	}
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
@@ -374,9 +374,9 @@ func (c *Client) Call(ctx context.Context, addr, method string, req, resp any) e
 			return fmt.Errorf("rpc: %s: %w", addr, err)
 		}
 		var conn net.Conn = nc
-		if inProcess.server(addr) != nil {
+		if local != nil {
 			cc.local = nc.LocalAddr().String()
-			inProcess.add(cc.local) // before the first request: the server looks then
+			inProcess.addClient(cc.local) // before the first request: the server looks then
 		} else if fc, err := fdconn.New(nc); err == nil {
 			conn = fc // the answer wakes this thread directly (nc was closed)
 		}
