@@ -801,9 +801,11 @@ func (ep *endpoint) rmaVector(ctx context.Context, write bool, bufs [][]byte, re
 		return nil, 0
 	}
 	v := vecPool.Get().(*vecScratch)
-	defer v.put()
 	dsts, srcs := v.dsts[:0], v.srcs[:0]
-	defer func() { v.dsts, v.srcs = dsts, srcs }() // grown: kept for the next vector
+	defer func() {
+		v.dsts, v.srcs = dsts, srcs // grown: kept for the next vector
+		v.put()
+	}()
 	for i, b := range bufs {
 		n := uint64(len(b))
 		rem := remotes[i]
