@@ -44,6 +44,8 @@ const (
 	cuPointerAttributeMemoryType    = 2
 	cuPointerAttributeIsManaged     = 8
 	cuPointerAttributeDeviceOrdinal = 9
+	cuPointerAttributeRangeStart    = 11
+	cuPointerAttributeRangeSize     = 12
 	cuMemoryTypeHost                = 1
 	cuMemoryTypeDevice              = 2
 	cuMemoryTypeUnified             = 4

@@ -72,6 +72,17 @@ func LocateRange(p Ptr, n uint64) (Place, error) {
 	if err != nil || n <= 1 {
 		return first, err
 	}
+	if first.Vendor == NvidiaGPU && !first.emu {
+		// The driver knows the allocation's bounds: a range running past its end may end in the
+		// next allocation of the same device, which looks alike but is another buffer.
+		if base, size, ok := cudaRange(p); ok {
+			if uint64(p-base) > size || n > size-uint64(p-base) {
+				return first, fmt.Errorf("memory: [%#x, +%d) runs past the end of its %v allocation [%#x, +%d): %w",
+					uintptr(p), n, first, uintptr(base), size, status.ErrOutOfRange)
+			}
+			return first, nil
+		}
+	}
 	last, err := Locate(p + Ptr(n-1))
 	if err != nil {
 		return first, err
@@ -80,6 +91,21 @@ func LocateRange(p Ptr, n uint64) (Place, error) {
 		return first, fmt.Errorf("memory: [%#x, +%d) starts in %v memory and ends in %v memory: %w", uintptr(p), n, first, last, status.ErrInvalidConfig)
 	}
 	return first, nil
+}
+
+// cudaRange returns the base and size of the CUDA allocation holding p, or ok false when the
+// driver does not say.
+func cudaRange(p Ptr) (base Ptr, size uint64, ok bool) {
+	a, err := loadCUDA()
+	if err != nil || a.cuPointerGetAttribute == nil {
+		return 0, 0, false
+	}
+	var b, n uint64
+	if a.cuPointerGetAttribute(unsafe.Pointer(&b), cuPointerAttributeRangeStart, uint64(p)) != 0 ||
+		a.cuPointerGetAttribute(unsafe.Pointer(&n), cuPointerAttributeRangeSize, uint64(p)) != 0 || n == 0 {
+		return 0, 0, false
+	}
+	return Ptr(b), n, true
 }
 
 func locateCUDA(p Ptr) (Place, bool, error) {

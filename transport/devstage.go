@@ -22,13 +22,14 @@ type HostRing struct {
 }
 
 // NewHostRing allocates a ring for device memory at pl (chunk and depth ≤ 0 take
-// DefaultStageChunk and DefaultStageDepth).
+// the staging defaults).
 func NewHostRing(pl memory.Place, chunk, depth int) (*HostRing, error) {
+	dc, dd := stageDefaults()
 	if chunk <= 0 {
-		chunk = DefaultStageChunk
+		chunk = dc
 	}
 	if depth <= 0 {
-		depth = DefaultStageDepth
+		depth = dd
 	}
 	h := &HostRing{pl: pl, chunk: uint64(chunk), free: make(chan []byte, depth)}
 	for range depth {
@@ -162,4 +163,38 @@ func (h *HostRing) run(ctx context.Context, n uint64, start func(b []byte, off u
 		op.Finish(err)
 	}()
 	return op
+}
+
+// DeviceRange is Size bytes of device memory at Ptr (at Place, from memory.Locate) as a
+// DeviceIO: the host reaches it by device copies only.
+type DeviceRange struct {
+	Ptr   memory.Ptr
+	Place memory.Place
+	Size  uint64
+}
+
+var _ DeviceIO = DeviceRange{}
+
+// Check implements DeviceIO.
+func (d DeviceRange) Check(off, n uint64) error {
+	if off > d.Size || n > d.Size-off {
+		return fmt.Errorf("[%d, +%d) is outside %d bytes of %v memory at %#x: %w", off, n, d.Size, d.Place, uintptr(d.Ptr), status.ErrOutOfRange)
+	}
+	return nil
+}
+
+// WriteFromCPU implements DeviceIO: src lands at off.
+func (d DeviceRange) WriteFromCPU(src []byte, off uint64) error {
+	if err := d.Check(off, uint64(len(src))); err != nil {
+		return err
+	}
+	return memory.CopyPlaced(d.Ptr+memory.Ptr(off), d.Place, memory.Ptr(memory.AddrOf(src)), memory.HostPlace, uint64(len(src)))
+}
+
+// ReadToCPU implements DeviceIO: dst is filled from off.
+func (d DeviceRange) ReadToCPU(dst []byte, off uint64) error {
+	if err := d.Check(off, uint64(len(dst))); err != nil {
+		return err
+	}
+	return memory.CopyPlaced(memory.Ptr(memory.AddrOf(dst)), memory.HostPlace, d.Ptr+memory.Ptr(off), d.Place, uint64(len(dst)))
 }

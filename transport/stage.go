@@ -3,6 +3,8 @@ package transport
 import (
 	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"sync"
 
 	"github.com/hmc-go/hmc/buffer"
@@ -32,11 +34,24 @@ var (
 	_ DeviceIO = (*buffer.Region)(nil)
 )
 
-// Staging defaults: 4 chunks of 1 MiB.
+// Staging defaults: 4 chunks of 1 MiB, unless HMC_STAGE_CHUNK (bytes) and HMC_STAGE_DEPTH
+// (chunks) name others for this process.
 const (
 	DefaultStageChunk = 1 << 20
 	DefaultStageDepth = 4
 )
+
+// stageDefaults returns the chunk size and depth a ring takes when its caller names none.
+var stageDefaults = sync.OnceValues(func() (chunk, depth int) {
+	chunk, depth = DefaultStageChunk, DefaultStageDepth
+	if v, err := strconv.Atoi(os.Getenv("HMC_STAGE_CHUNK")); err == nil && v >= 4096 && v <= 1<<30 {
+		chunk = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("HMC_STAGE_DEPTH")); err == nil && v >= 2 && v <= 1024 {
+		depth = v
+	}
+	return chunk, depth
+})
 
 // NewStager allocates the ring for region (chunk and depth ≤ 0 take the defaults).
 func NewStager(region *buffer.ConnBuffer, chunk, depth int) (*Stager, error) {
@@ -51,11 +66,12 @@ func NewStager(region *buffer.ConnBuffer, chunk, depth int) (*Stager, error) {
 // NewRing allocates a ring of depth chunks with alloc (memory.AllocStagingFor for a device,
 // say), for ReceiveInto and SendFrom of any region.
 func NewRing(alloc func(uint64) ([]byte, func() error, error), chunk, depth int) (*Stager, error) {
+	dc, dd := stageDefaults()
 	if chunk <= 0 {
-		chunk = DefaultStageChunk
+		chunk = dc
 	}
 	if depth <= 0 {
-		depth = DefaultStageDepth
+		depth = dd
 	}
 	if depth < 2 {
 		depth = 2 // one chunk on the wire, one being copied

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hmc-go/hmc/auth"
 	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
@@ -47,8 +48,11 @@ type lane struct {
 	done  chan struct{}     // closed by fail
 	send  *transport.Stager // device regions: PUT payloads (guarded by wmu)
 	recv  *transport.Stager // device regions: GET data (reader goroutine)
-	bulk  *bulkReader       // large GET replies (reader goroutine); nil: plain reads
-	raw   syscall.RawConn   // c's socket, for a poster's non-blocking write; nil under TLS
+	// Rings of the device memory that DeviceRMA transfers move, one per device: PUT payloads
+	// (guarded by wmu) and GET data (reader goroutine).
+	devSend, devRecv map[memory.Place]*transport.Stager
+	bulk             *bulkReader     // large GET replies (reader goroutine); nil: plain reads
+	raw              syscall.RawConn // c's socket, for a poster's non-blocking write; nil under TLS
 
 	// A poster's non-blocking writev (writeNow) runs in raw.Write's callback, made once with
 	// its arguments and results here (a closure per write would allocate); guarded by wmu.
@@ -70,10 +74,11 @@ type lane struct {
 
 type outReq struct {
 	r       request
-	payload []byte   // a PUT's bytes (a slice of the local region)
-	table   []byte   // a vector request's piece table (version 3)
-	pieces  [][]byte // a PUTV's pieces, in table order
-	devOff  uint64   // device regions: the PUT's local offset (payload is nil)
+	payload []byte                 // a PUT's bytes (a slice of the local region)
+	table   []byte                 // a vector request's piece table (version 3)
+	pieces  [][]byte               // a PUTV's pieces, in table order
+	devOff  uint64                 // device regions: the PUT's local offset (payload is nil)
+	dev     *transport.DeviceRange // a DeviceRMA PUT's source (devOff is the offset in it)
 	// rest, when set, is what a poster's non-blocking write left of its request (the end of
 	// the header, copied, and of the payload): the writer sends exactly these bytes.
 	rest net.Buffers
@@ -81,12 +86,15 @@ type outReq struct {
 
 type pend struct {
 	op     *transport.Op
-	reply  uint8    // the response op expected
-	dst    []byte   // a GET's destination (in the local region, or an RMA read's), an ATOMIC's 8-byte result
-	dsts   [][]byte // a GETV's destinations, in table order
-	devOff uint64   // device regions: the GET's local offset (dst is nil)
+	reply  uint8                  // the response op expected
+	dst    []byte                 // a GET's destination (in the local region, or an RMA read's), an ATOMIC's 8-byte result
+	dsts   [][]byte               // a GETV's destinations, in table order
+	devOff uint64                 // device regions: the GET's local offset (dst is nil)
+	dev    *transport.DeviceRange // a DeviceRMA GET's destination (devOff is the offset in it)
 	n      uint64
 }
+
+var _ transport.DeviceRMA = (*endpoint)(nil)
 
 // Dial connects cfg.Lanes (or the transport default) lanes to a target.
 func (t *Transport) Dial(ctx context.Context, cfg transport.DialConfig) (transport.Endpoint, error) {
@@ -271,18 +279,19 @@ func (ep *endpoint) post(ctx context.Context, op uint8, localOff, remoteOff, n u
 	if ep.local != nil {
 		span = ep.local[localOff : localOff+n : localOff+n]
 	}
-	return ep.send(ctx, request{op: op, offset: remoteOff}, n, span, localOff)
+	return ep.send(ctx, request{op: op, offset: remoteOff}, n, span, localOff, nil)
 }
 
 // send posts a transfer of n bytes described by base (op, addressing, remote offset) in parts
 // (partSize) spread over the lanes (one-part transfers stay on a hot lane). span is the local
-// host memory, or nil for a device region, whose bytes at devOff are staged.
-func (ep *endpoint) send(ctx context.Context, base request, n uint64, span []byte, devOff uint64) (*transport.Op, error) {
+// host memory, or nil for device memory, whose bytes at devOff (of dev, or of the local device
+// region when dev is nil) are staged.
+func (ep *endpoint) send(ctx context.Context, base request, n uint64, span []byte, devOff uint64, dev *transport.DeviceRange) (*transport.Op, error) {
 	if n == 0 {
 		return transport.Succeeded(), nil
 	}
 	o := transport.NewOp(ep.parts(n))
-	if err := ep.sendParts(ctx, base, n, span, devOff, o); err != nil {
+	if err := ep.sendParts(ctx, base, n, span, devOff, dev, o); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -296,7 +305,7 @@ func (ep *endpoint) parts(n uint64) int {
 
 // sendParts posts the parts of a transfer, each finishing one part of o; on an error the parts
 // not posted are finished with it (posted ones finish on their own).
-func (ep *endpoint) sendParts(ctx context.Context, base request, n uint64, span []byte, devOff uint64, o *transport.Op) error {
+func (ep *endpoint) sendParts(ctx context.Context, base request, n uint64, span []byte, devOff uint64, dev *transport.DeviceRange, o *transport.Op) error {
 	chunk := partSize(n, len(ep.lanes), ep.cfg.ChunkSize)
 	parts := (n + chunk - 1) / chunk
 	var first *lane
@@ -316,7 +325,7 @@ func (ep *endpoint) sendParts(ctx context.Context, base request, n uint64, span 
 		if span != nil {
 			piece = span[off : off+size : off+size]
 		}
-		if err := l.post(ctx, r, piece, devOff+off, o, nil); err != nil {
+		if err := l.post(ctx, r, piece, devOff+off, dev, o, nil); err != nil {
 			for range parts - i {
 				o.Finish(err) // the parts never posted; posted ones finish on their own
 			}
@@ -370,14 +379,20 @@ func (ep *endpoint) pickLane() *lane {
 const stickyInflight = 4
 
 // post queues request r on the lane. span is a PUT's payload or a GET's destination (host
-// memory), or nil for a device region's transfer at devOff; an ATOMIC carries its 16-byte
-// payload in extra and its result lands in span.
-func (l *lane) post(ctx context.Context, r request, span []byte, devOff uint64, o *transport.Op, extra []byte) error {
+// memory), or nil for a transfer of device memory at devOff (of dev, or of the local device
+// region when dev is nil); an ATOMIC carries its 16-byte payload in extra and its result lands
+// in span.
+func (l *lane) post(ctx context.Context, r request, span []byte, devOff uint64, dev *transport.DeviceRange, o *transport.Op, extra []byte) error {
 	if err := l.acquire(ctx); err != nil {
 		return err
 	}
 	p := pend{op: o, reply: r.op | 0x80, devOff: devOff, n: r.length}
 	out := outReq{r: r, devOff: devOff}
+	if r.op == opGet {
+		p.dev = dev
+	} else {
+		out.dev = dev
+	}
 	switch r.op {
 	case opGet:
 		p.dst = span
@@ -398,7 +413,7 @@ func (l *lane) post(ctx context.Context, r request, span []byte, devOff uint64, 
 	// that nothing overtakes it; under TLS, where bytes cannot be split, only an idle lane's
 	// request, whose send buffer is empty, is written directly. Large ones are queued, so
 	// posting stays non-blocking.
-	if l.send == nil && len(out.payload) <= directWriteMax && l.queued.Load() == 0 && (l.raw != nil || len(l.slots) == 1) && l.wmu.TryLock() {
+	if l.send == nil && out.dev == nil && len(out.payload) <= directWriteMax && l.queued.Load() == 0 && (l.raw != nil || len(l.slots) == 1) && l.wmu.TryLock() {
 		if l.queued.Load() == 0 { // checked again under wmu: the writer may have taken one since
 			var err error
 			if l.raw == nil {
@@ -487,6 +502,13 @@ func (l *lane) write(out outReq) error {
 		bufs := make(net.Buffers, 0, 2+len(out.pieces))
 		bufs = append(append(bufs, l.hb[:], out.table), out.pieces...)
 		err = writeSliced(l.c, bufs)
+	case out.dev != nil: // a DeviceRMA PUT: the header, then the bytes through the device's ring
+		var st *transport.Stager
+		if st, err = devRing(&l.devSend, out.dev.Place); err == nil {
+			if _, err = l.c.Write(l.hb[:]); err == nil {
+				err = st.SendFrom(l.c, *out.dev, out.devOff, out.r.length)
+			}
+		}
 	case l.send != nil && out.payload == nil && out.r.op == opPut && out.r.length > 0: // a device region's PUT
 		if _, err = l.c.Write(l.hb[:]); err == nil {
 			err = l.send.Send(l.c, out.devOff, out.r.length)
@@ -580,6 +602,12 @@ func (l *lane) writeMany(out outReq) (int, error) {
 		}
 		select {
 		case out = <-l.wq:
+			if out.dev != nil { // streamed on its own, after what is gathered
+				if err := writeSliced(l.c, bufs); err != nil {
+					return n + 1, fmt.Errorf("tcp: send: %w", wrapIO(err))
+				}
+				return n + 1, l.write(out)
+			}
 			continue
 		default:
 		}
@@ -589,6 +617,22 @@ func (l *lane) writeMany(out outReq) (int, error) {
 		return n, fmt.Errorf("tcp: send: %w", wrapIO(err))
 	}
 	return n, nil
+}
+
+// devRing returns the staging ring of device memory at pl in *rings, made on first use.
+func devRing(rings *map[memory.Place]*transport.Stager, pl memory.Place) (*transport.Stager, error) {
+	if st := (*rings)[pl]; st != nil {
+		return st, nil
+	}
+	st, err := transport.NewRing(func(n uint64) ([]byte, func() error, error) { return memory.AllocStagingFor(pl, n) }, 0, 0)
+	if err != nil {
+		return nil, fmt.Errorf("tcp: staging for %v memory: %w", pl, err)
+	}
+	if *rings == nil {
+		*rings = map[memory.Place]*transport.Stager{}
+	}
+	(*rings)[pl] = st
+	return st, nil
 }
 
 // writeBatch bounds the requests one writev carries.
@@ -645,7 +689,7 @@ func (ep *endpoint) writeLoop(l *lane) {
 			l.wmu.Lock()
 			var err error
 			n := 1
-			if len(l.wq) > 0 && l.send == nil {
+			if len(l.wq) > 0 && l.send == nil && out.dev == nil {
 				n, err = l.writeMany(out)
 			} else {
 				err = l.write(out)
@@ -697,6 +741,17 @@ func (ep *endpoint) readLoop(l *lane) {
 		} else if get && p.dsts != nil {
 			if err := l.bulk.readv(l.r, nil, p.dsts); err != nil {
 				err = fmt.Errorf("tcp: receive: %w", wrapIO(err))
+				p.op.Finish(err)
+				l.fail(err)
+				return
+			}
+		} else if get && p.dev != nil {
+			st, err := devRing(&l.devRecv, p.dev.Place)
+			if err == nil {
+				err = st.ReceiveInto(l.r, *p.dev, p.devOff, p.n)
+			}
+			if err != nil {
+				err = fmt.Errorf("tcp: receive into device memory: %w", wrapIO(err))
 				p.op.Finish(err)
 				l.fail(err)
 				return
@@ -759,7 +814,7 @@ func (ep *endpoint) Atomic(ctx context.Context, op buffer.AtomicOp, dst transpor
 	binary.LittleEndian.PutUint64(payload[8:], compare)
 	var old [8]byte
 	o := transport.NewOp(1)
-	if err := ep.pickLane().post(ctx, r, old[:], 0, o, payload[:]); err != nil {
+	if err := ep.pickLane().post(ctx, r, old[:], 0, nil, o, payload[:]); err != nil {
 		return 0, err
 	}
 	if err := o.Wait(ctx); err != nil {
@@ -799,7 +854,34 @@ func (ep *endpoint) postRMA(ctx context.Context, op uint8, span []byte, remote t
 	if len(span) == 0 {
 		return transport.Succeeded(), nil
 	}
-	return ep.send(ctx, base, uint64(len(span)), span, 0)
+	return ep.send(ctx, base, uint64(len(span)), span, 0, nil)
+}
+
+// WriteFromDeviceAsync implements transport.DeviceRMA: one request per part (as WriteAsync
+// cuts them), whose bytes stream from the device through the lane's ring, the device copies
+// overlapping the wire; the target's ring overlaps them with its own copies likewise.
+func (ep *endpoint) WriteFromDeviceAsync(ctx context.Context, src memory.Ptr, pl memory.Place, n uint64, dst transport.Remote) (*transport.Op, error) {
+	return ep.postDevice(ctx, opPut, transport.DeviceRange{Ptr: src, Place: pl, Size: n}, dst)
+}
+
+// ReadToDeviceAsync implements transport.DeviceRMA: the reply's bytes stream into the device
+// through the lane's ring.
+func (ep *endpoint) ReadToDeviceAsync(ctx context.Context, dst memory.Ptr, pl memory.Place, n uint64, src transport.Remote) (*transport.Op, error) {
+	return ep.postDevice(ctx, opGet, transport.DeviceRange{Ptr: dst, Place: pl, Size: n}, src)
+}
+
+func (ep *endpoint) postDevice(ctx context.Context, op uint8, local transport.DeviceRange, remote transport.Remote) (*transport.Op, error) {
+	if !local.Place.OnDevice() {
+		return nil, fmt.Errorf("tcp: %v memory at %#x is not device memory: %w", local.Place, uintptr(local.Ptr), status.ErrInvalidConfig)
+	}
+	base, err := ep.rmaRequest(op, remote, local.Size)
+	if err != nil || local.Size == 0 {
+		if err == nil {
+			return transport.Succeeded(), nil
+		}
+		return nil, err
+	}
+	return ep.send(ctx, base, local.Size, nil, 0, &local)
 }
 
 // Vector requests: pieces under vecPieceMax travel together, at most vecBytes and maxPieces
@@ -899,7 +981,7 @@ func (ep *endpoint) postVector(ctx context.Context, op uint8, bufs [][]byte, rem
 		n := uint64(len(bufs[i]))
 		k := ep.parts(n)
 		left -= k // sendParts finishes its own unposted parts
-		if err := ep.sendParts(ctx, reqs[i], n, bufs[i], 0, o); err != nil {
+		if err := ep.sendParts(ctx, reqs[i], n, bufs[i], 0, nil, o); err != nil {
 			return fail(err)
 		}
 	}
@@ -917,6 +999,12 @@ func (ep *endpoint) Close() error {
 			if l.send != nil {
 				_ = l.send.Close()
 				_ = l.recv.Close()
+			}
+			for _, st := range l.devSend {
+				_ = st.Close()
+			}
+			for _, st := range l.devRecv {
+				_ = st.Close()
 			}
 		}
 	})

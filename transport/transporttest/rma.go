@@ -67,6 +67,95 @@ func RunRMA(t *testing.T, o Options) {
 	t.Run("AtomicSum", func(t *testing.T) { testAtomicSum(t, o) })
 	t.Run("PublishedTo", func(t *testing.T) { testPublishedTo(t, o) })
 	t.Run("Vectors", func(t *testing.T) { testVectors(t, o) })
+	t.Run("DeviceMemory", func(t *testing.T) { testDeviceRMA(t, o) })
+}
+
+// testDeviceRMA (endpoints with transport.DeviceRMA; a CUDA device, else the GPU emulation):
+// this process's device memory is written to the target's host and device regions, by key and
+// by address, in sizes around the staging chunk and the lanes' parts, and read back into device
+// memory, every byte checked; a range past a region's end is refused typed.
+func testDeviceRMA(t *testing.T, o Options) {
+	if memory.Probe(memory.NvidiaGPU) != nil {
+		EmulateGPU(t)
+	}
+	p := o.NewRMAPair(t)
+	d, ok := p.RMA.(transport.DeviceRMA)
+	if !ok {
+		t.Skip("the endpoints do not implement transport.DeviceRMA")
+	}
+	ctx := ctx10(t)
+	const size = 5<<20 + 11
+	m, err := memory.New(0, memory.NvidiaGPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	alloc := func() (memory.Ptr, memory.Place) {
+		b, err := m.Alloc(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Free(b) })
+		pl, err := memory.Locate(b.Ptr())
+		if err != nil || !pl.OnDevice() {
+			t.Fatalf("a device allocation is at %v (%v)", pl, err)
+		}
+		return b.Ptr(), pl
+	}
+	src, pl := alloc()
+	back, _ := alloc()
+	want := make([]byte, size)
+	Fill(want, 7)
+	if err := memory.Copy(src, memory.Ptr(memory.AddrOf(want)), size); err != nil {
+		t.Fatal(err)
+	}
+	tdev, tpl := alloc()
+	devReg, err := p.Table.RegisterDevice(tdev, size, tpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostReg, err := p.Table.RegisterBuffer(o.buf(t, size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, size)
+	for _, reg := range []*buffer.Region{hostReg, devReg} {
+		for i, n := range []uint64{1, 4099, 1 << 20, 3<<20 + 5, size - 3} {
+			off := uint64(3)
+			dst := transport.Remote{Key: reg.Key(), Addr: off}
+			if i%2 == 1 {
+				dst = transport.Remote{Addr: reg.Addr() + off}
+			}
+			what := fmt.Sprintf("%d bytes at %d of the target's %v region", n, off, reg.Place())
+			op, err := d.WriteFromDeviceAsync(ctx, src, pl, n, dst)
+			if err == nil {
+				err = op.Wait(ctx)
+			}
+			if err != nil {
+				t.Fatalf("write %s: %v", what, err)
+			}
+			if op, err = d.ReadToDeviceAsync(ctx, back, pl, n, dst); err == nil {
+				err = op.Wait(ctx)
+			}
+			if err != nil {
+				t.Fatalf("read %s: %v", what, err)
+			}
+			clear(got)
+			if err := memory.Copy(memory.Ptr(memory.AddrOf(got)), back, n); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got[:n], want[:n]) {
+				t.Fatalf("%s: the bytes read back into device memory differ", what)
+			}
+		}
+	}
+	op, err := d.WriteFromDeviceAsync(ctx, src, pl, size, transport.Remote{Key: devReg.Key(), Addr: 1})
+	if err == nil {
+		err = op.Wait(ctx)
+	}
+	if !errors.Is(err, status.ErrOutOfRange) {
+		t.Fatalf("a write past the device region's end: %v", err)
+	}
 }
 
 // testVectors (endpoints with transport.VectorRMA): a vector of thousands of scattered pieces
