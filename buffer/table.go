@@ -88,6 +88,22 @@ func (r *Region) ReadToCPU(dst []byte, off uint64) error {
 	return memory.CopyPlaced(memory.Ptr(memory.AddrOf(dst)), memory.HostPlace, memory.Ptr(r.addr+off), r.place, uint64(len(dst)))
 }
 
+// ReadToCPUAsync starts copying len(dst) bytes of the region at off into host memory dst and
+// returns the wait for its end (memory.CopyAsync): a staging ring issues the copies of its
+// chunks ahead. Host memory regions are copied before it returns.
+func (r *Region) ReadToCPUAsync(dst []byte, off uint64) (wait func() error, err error) {
+	if r.mem != nil {
+		if err := r.ReadToCPU(dst, off); err != nil {
+			return nil, err
+		}
+		return func() error { return nil }, nil
+	}
+	if err := r.Check(off, uint64(len(dst))); err != nil {
+		return nil, fmt.Errorf("region %d: %w", r.key, err)
+	}
+	return memory.CopyAsync(memory.Ptr(memory.AddrOf(dst)), memory.HostPlace, memory.Ptr(r.addr+off), r.place, uint64(len(dst)))
+}
+
 // FD returns the memfd behind the region and the region's offset in it, or -1 when the memory
 // has none (a Go slice, C memory): same-host peers then reach it with cross-memory attach.
 func (r *Region) FD() (int, uint64) { return r.fd, r.fdOff }

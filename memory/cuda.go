@@ -42,6 +42,10 @@ type cudaAPI struct {
 	cuIpcGetMemHandle    func(h *[64]byte, p uint64) int32
 	cuIpcOpenMemHandle   func(p *uint64, h cuIpcMemHandle, flags uint32) int32
 	cuIpcCloseMemHandle  func(p uint64) int32
+	cuEventCreate        func(ev *uintptr, flags uint32) int32
+	cuEventRecord        func(ev, stream uintptr) int32
+	cuEventSynchronize   func(ev uintptr) int32
+	cuEventDestroy       func(ev uintptr) int32
 }
 
 // loadCUDA loads the driver once per process: the library is process-global by nature.
@@ -82,6 +86,10 @@ var loadCUDA = sync.OnceValues(func() (*cudaAPI, error) {
 		{"cuIpcGetMemHandle", &a.cuIpcGetMemHandle},
 		{"cuIpcOpenMemHandle_v2", &a.cuIpcOpenMemHandle},
 		{"cuIpcCloseMemHandle", &a.cuIpcCloseMemHandle},
+		{"cuEventCreate", &a.cuEventCreate},
+		{"cuEventRecord", &a.cuEventRecord},
+		{"cuEventSynchronize", &a.cuEventSynchronize},
+		{"cuEventDestroy_v2", &a.cuEventDestroy},
 	})
 	if a.cuIpcOpenMemHandle == nil {
 		bindOptional(h, []symbol{{"cuIpcOpenMemHandle", &a.cuIpcOpenMemHandle}})
@@ -131,6 +139,11 @@ type cudaBackend struct {
 	api *cudaAPI
 	dev int32
 	ctx uintptr
+
+	// CopyAsync's stream (made on first use) and the events that mark its copies' ends.
+	streamMu sync.Mutex
+	stream   uintptr
+	events   chan uintptr
 }
 
 func newCUDABackend(deviceID int) (backend, error) {
@@ -218,4 +231,70 @@ func (c *cudaBackend) pinHost(b []byte) (func() error, error) {
 
 func (c *cudaBackend) close() error {
 	return c.api.check("cuDevicePrimaryCtxRelease", c.api.cuDevicePrimaryCtxRelease(c.dev))
+}
+
+// cuEventDisableTiming is CU_EVENT_DISABLE_TIMING: an event that only marks completion.
+const cuEventDisableTiming = 2
+
+// copyAsync starts a copy on the device's copy stream and returns the wait for its end, or
+// ok false when the driver lacks streams or events (the caller copies synchronously).
+func (c *cudaBackend) copyAsync(dst, src Ptr, n uint64) (wait func() error, ok bool, err error) {
+	a := c.api
+	if a.cuStreamCreate == nil || a.cuEventCreate == nil || a.cuEventRecord == nil || a.cuEventSynchronize == nil || a.cuMemcpyAsync == nil {
+		return nil, false, nil
+	}
+	var ev uintptr
+	err = c.do("cuMemcpyAsync", func() int32 {
+		c.streamMu.Lock()
+		if c.stream == 0 {
+			// A blocking stream (flags 0): ordered with the legacy default stream, as Copy is.
+			if r := a.cuStreamCreate(&c.stream, 0); r != 0 {
+				c.streamMu.Unlock()
+				return r
+			}
+			c.events = make(chan uintptr, 256)
+		}
+		stream := c.stream
+		c.streamMu.Unlock()
+		select {
+		case ev = <-c.events:
+		default:
+			if r := a.cuEventCreate(&ev, cuEventDisableTiming); r != 0 {
+				return r
+			}
+		}
+		if r := a.cuMemcpyAsync(uint64(dst), uint64(src), n, stream); r != 0 {
+			c.putEvent(ev)
+			return r
+		}
+		if r := a.cuEventRecord(ev, stream); r != 0 {
+			// The copy is queued but unmarked: wait for the whole stream instead.
+			c.putEvent(ev)
+			ev = 0
+			return a.cuStreamSynchronize(stream)
+		}
+		return 0
+	})
+	if err != nil {
+		return nil, true, err
+	}
+	if ev == 0 {
+		return func() error { return nil }, true, nil
+	}
+	return func() error {
+		err := c.do("cuEventSynchronize", func() int32 { return a.cuEventSynchronize(ev) })
+		c.putEvent(ev)
+		return err
+	}, true, nil
+}
+
+// putEvent keeps ev for the next copy, or destroys it when enough are kept.
+func (c *cudaBackend) putEvent(ev uintptr) {
+	select {
+	case c.events <- ev:
+	default:
+		if c.api.cuEventDestroy != nil {
+			_ = c.do("cuEventDestroy", func() int32 { return c.api.cuEventDestroy(ev) })
+		}
+	}
 }

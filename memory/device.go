@@ -77,8 +77,8 @@ func LocateRange(p Ptr, n uint64) (Place, error) {
 		// next allocation of the same device, which looks alike but is another buffer.
 		if base, size, ok := cudaRange(p); ok {
 			if uint64(p-base) > size || n > size-uint64(p-base) {
-				return first, fmt.Errorf("memory: [%#x, +%d) runs past the end of its %v allocation [%#x, +%d): %w",
-					uintptr(p), n, first, uintptr(base), size, status.ErrOutOfRange)
+				return first, fmt.Errorf("memory: [%#x, +%d) starts in %v memory and ends in memory past that allocation [%#x, +%d): %w",
+					uintptr(p), n, first, uintptr(base), size, status.ErrInvalidConfig)
 			}
 			return first, nil
 		}
@@ -198,6 +198,39 @@ func CopyPlaced(dst Ptr, dp Place, src Ptr, sp Place, n uint64) error {
 	}
 	return fmt.Errorf("memory: copy between %v and %v memory: %w", sp, dp, status.ErrUnsupported)
 }
+
+// CopyAsync starts the copy of n bytes from src (at sp) to dst (at dp) and returns wait, which
+// blocks until the bytes have landed or the copy failed; it must be called once. A copy between
+// host and device memory of a CUDA device runs on a stream of that device (ordered with the
+// legacy default stream, as Copy is) and is marked by an event: a caller may start several and
+// wait for each in turn, so that the driver's fixed cost of a copy (about 14 µs on an H100)
+// overlaps the copies before it. Host memory must stay valid until wait returns, and be
+// page-locked (AllocStagingFor) for the copy to run while CopyAsync returns. Every other copy
+// (host to host, HIP, the GPU emulation) is done when CopyAsync returns.
+func CopyAsync(dst Ptr, dp Place, src Ptr, sp Place, n uint64) (wait func() error, err error) {
+	dev := dp.Device
+	if sp.Kind == Device {
+		dev = sp.Device
+	}
+	cuda := !dp.emu && !sp.emu && n > 0 && dst != 0 && src != 0 &&
+		((dp.Kind == Device && dp.Vendor == NvidiaGPU && !sp.OnDevice()) ||
+			(sp.Kind == Device && sp.Vendor == NvidiaGPU && !dp.OnDevice()))
+	if cuda {
+		c, err := cudaDevice(dev)
+		if err != nil {
+			return nil, err
+		}
+		if wait, ok, err := c.copyAsync(dst, src, n); ok {
+			return wait, err
+		}
+	}
+	if err := CopyPlaced(dst, dp, src, sp, n); err != nil {
+		return nil, err
+	}
+	return done, nil
+}
+
+func done() error { return nil }
 
 // hostView returns the host bytes of n bytes at p: the memory itself, or an emulated
 // allocation's bytes.

@@ -190,3 +190,59 @@ func TestStreamOrdering(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceCopyAsync: copies started ahead and waited for in turn, host to device and back
+// through page-locked staging memory, land every byte (on a CUDA device: one stream, an event
+// per copy; emulated: each copy done when started).
+func TestDeviceCopyAsync(t *testing.T) {
+	m := nvidiaOrEmulated(t)
+	const chunk, chunks = 256<<10 + 8, 8
+	d, err := m.Alloc(chunk * chunks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := Locate(d.Ptr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, freeIn, err := AllocStagingFor(pl, chunk*chunks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer freeIn()
+	out, freeOut, err := AllocStagingFor(pl, chunk*chunks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer freeOut()
+	for i := range in {
+		in[i] = byte(i*13 + 1)
+	}
+	each := func(dst func(i int) (Ptr, Place), src func(i int) (Ptr, Place)) {
+		waits := make([]func() error, chunks)
+		for i := range chunks {
+			dp, dpl := dst(i)
+			sp, spl := src(i)
+			if waits[i], err = CopyAsync(dp, dpl, sp, spl, chunk); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, w := range waits {
+			if err := w(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	host := func(b []byte) func(int) (Ptr, Place) {
+		return func(i int) (Ptr, Place) { return Ptr(AddrOf(b)) + Ptr(i*chunk), HostPlace }
+	}
+	device := func(i int) (Ptr, Place) { return d.Ptr() + Ptr(i*chunk), pl }
+	each(device, host(in))
+	each(host(out), device)
+	if !bytes.Equal(in, out) {
+		t.Fatal("bytes changed on the way through the device")
+	}
+	if w, err := CopyAsync(d.Ptr(), pl, Ptr(AddrOf(in)), HostPlace, 0); err != nil || w() != nil {
+		t.Fatalf("an empty copy: %v", err)
+	}
+}

@@ -60,10 +60,27 @@ func (h *HostRing) Close() error {
 // when every byte has landed, or with the first error.
 func (h *HostRing) Write(ctx context.Context, r RMA, src memory.Ptr, n uint64, dst Remote) *Op {
 	return h.run(ctx, n, func(b []byte, off uint64) (*Op, error) {
-		if err := memory.CopyPlaced(memory.Ptr(memory.AddrOf(b)), memory.HostPlace, src+memory.Ptr(off), h.pl, uint64(len(b))); err != nil {
+		// The device copy is started here and the chunk's write posted once it has landed, so
+		// the copies of the chunks behind it are queued meanwhile.
+		wait, err := memory.CopyAsync(memory.Ptr(memory.AddrOf(b)), memory.HostPlace, src+memory.Ptr(off), h.pl, uint64(len(b)))
+		if err != nil {
 			return nil, fmt.Errorf("staging from device: %w", err)
 		}
-		return r.WriteAsync(ctx, b, dst.At(off))
+		op := NewOp(1)
+		go func() { // owned by op: the chunk is the ring's again only when op has finished
+			if err := wait(); err != nil {
+				op.Finish(fmt.Errorf("staging from device: %w", err))
+				return
+			}
+			w, err := r.WriteAsync(ctx, b, dst.At(off))
+			if err != nil {
+				op.Finish(err)
+				return
+			}
+			<-w.Done()
+			op.Finish(w.Err())
+		}()
+		return op, nil
 	}, nil)
 }
 
@@ -189,6 +206,15 @@ func (d DeviceRange) WriteFromCPU(src []byte, off uint64) error {
 		return err
 	}
 	return memory.CopyPlaced(d.Ptr+memory.Ptr(off), d.Place, memory.Ptr(memory.AddrOf(src)), memory.HostPlace, uint64(len(src)))
+}
+
+// ReadToCPUAsync starts filling dst from off (memory.CopyAsync): the Stager issues the copies
+// of the chunks ahead and waits for each before it sends it.
+func (d DeviceRange) ReadToCPUAsync(dst []byte, off uint64) (wait func() error, err error) {
+	if err := d.Check(off, uint64(len(dst))); err != nil {
+		return nil, err
+	}
+	return memory.CopyAsync(memory.Ptr(memory.AddrOf(dst)), memory.HostPlace, d.Ptr+memory.Ptr(off), d.Place, uint64(len(dst)))
 }
 
 // ReadToCPU implements DeviceIO: dst is filled from off.

@@ -102,9 +102,15 @@ func (s *Stager) Close() error {
 }
 
 type piece struct {
-	b   []byte
-	off uint64
-	err error
+	b    []byte
+	off  uint64
+	err  error
+	wait func() error // an issued device copy into b: waited for before b is used or reused
+}
+
+// asyncReader is a DeviceIO whose copies to host memory can be issued ahead (DeviceRange).
+type asyncReader interface {
+	ReadToCPUAsync(dst []byte, off uint64) (wait func() error, err error)
 }
 
 // Receive reads n bytes from r into the region at off: chunk i+1 is read while chunk i is
@@ -153,7 +159,8 @@ func (s *Stager) ReceiveInto(r io.Reader, region DeviceIO, off, n uint64) error 
 }
 
 // Send writes n bytes of the region at off to w: chunk i+1 is copied from the device while
-// chunk i is written. A device error ends the transfer before its bytes are written: the
+// chunk i is written (a region with ReadToCPUAsync has the copies of every free chunk issued
+// ahead, each waited for before its chunk is written). A device error ends the transfer before its bytes are written: the
 // stream is then short, and the caller must end it.
 func (s *Stager) Send(w io.Writer, off, n uint64) error { return s.SendFrom(w, s.region, off, n) }
 
@@ -167,6 +174,7 @@ func (s *Stager) SendFrom(w io.Writer, region DeviceIO, off, n uint64) error {
 	var once sync.Once
 	halt := func() { once.Do(func() { close(stop) }) }
 	defer halt()
+	ar, async := region.(asyncReader)
 	go func() { // owned by Send: it drains ready, which this closes
 		defer close(ready)
 		for done := uint64(0); done < n; {
@@ -177,9 +185,15 @@ func (s *Stager) SendFrom(w io.Writer, region DeviceIO, off, n uint64) error {
 				return
 			}
 			k := min(uint64(len(b)), n-done)
-			err := region.ReadToCPU(b[:k], off+done)
-			ready <- piece{b: b[:k], err: err}
-			if err != nil {
+			var p piece
+			if async {
+				p.wait, p.err = ar.ReadToCPUAsync(b[:k], off+done)
+			} else {
+				p.err = region.ReadToCPU(b[:k], off+done)
+			}
+			p.b = b[:k]
+			ready <- p
+			if p.err != nil {
 				return
 			}
 			done += k
@@ -187,6 +201,11 @@ func (s *Stager) SendFrom(w io.Writer, region DeviceIO, off, n uint64) error {
 	}()
 	var err error
 	for p := range ready {
+		if p.wait != nil { // always: the copy must have ended before the chunk is reused
+			if werr := p.wait(); p.err == nil {
+				p.err = werr
+			}
+		}
 		if err == nil {
 			if p.err != nil {
 				err = fmt.Errorf("staging: from device: %w", p.err)

@@ -63,6 +63,34 @@ func (b *bulkReader) readFull(br *bufio.Reader, dst []byte) error {
 	return b.fill(dst, n)
 }
 
+// chunks returns a reader whose every Read fills its whole buffer through b (one wake-up for a
+// chunk, not one per segment that arrives), reading through br: the staging rings read a
+// chunk at a time.
+func (b *bulkReader) chunks(br *bufio.Reader) io.Reader { return chunkReader{b, br, nil} }
+
+// connChunks is chunks for reads from the socket alone (r: the socket or a busy-polling
+// reader over it; nothing is buffered above it).
+func (b *bulkReader) connChunks(r io.Reader) io.Reader { return chunkReader{b, nil, r} }
+
+type chunkReader struct {
+	b  *bulkReader
+	br *bufio.Reader // reads through it, or else through r with readConn
+	r  io.Reader
+}
+
+func (c chunkReader) Read(p []byte) (int, error) {
+	var err error
+	if c.br != nil {
+		err = c.b.readFull(c.br, p)
+	} else {
+		err = c.b.readConn(c.r, p)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
 // readConn fills dst from the socket alone (nothing of it is buffered above).
 func (b *bulkReader) readConn(r io.Reader, dst []byte) error {
 	if b == nil || len(dst) < bulkMin {

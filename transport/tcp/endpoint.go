@@ -748,7 +748,7 @@ func (ep *endpoint) readLoop(l *lane) {
 		} else if get && p.dev != nil {
 			st, err := devRing(&l.devRecv, p.dev.Place)
 			if err == nil {
-				err = st.ReceiveInto(l.r, *p.dev, p.devOff, p.n)
+				err = st.ReceiveInto(l.bulk.connChunks(l.r), *p.dev, p.devOff, p.n)
 			}
 			if err != nil {
 				err = fmt.Errorf("tcp: receive into device memory: %w", wrapIO(err))
@@ -757,7 +757,7 @@ func (ep *endpoint) readLoop(l *lane) {
 				return
 			}
 		} else if get && p.dst == nil && l.recv != nil {
-			if err := l.recv.Receive(l.r, p.devOff, p.n); err != nil {
+			if err := l.recv.Receive(l.bulk.connChunks(l.r), p.devOff, p.n); err != nil {
 				err = fmt.Errorf("tcp: receive into device memory: %w", wrapIO(err))
 				p.op.Finish(err)
 				l.fail(err)

@@ -184,7 +184,7 @@ func (s *server) serveRequests(c net.Conn, ver uint16, peer uint32) error {
 				if err != nil {
 					return err // the payload is on the wire and cannot land: the lane ends
 				}
-				if err := st.Receive(rd, r.offset, r.length); err != nil {
+				if err := st.Receive(bulk.chunks(rd), r.offset, r.length); err != nil {
 					return err // a device that fails mid-transfer ends the lane: the stream is out of step
 				}
 			case inRange:
@@ -283,7 +283,7 @@ func (s *server) serveRegion(c net.Conn, rd *bufio.Reader, bulk *bulkReader, ack
 	case opPut:
 		resp.op = opPutAck
 		if st == stOK && dev != nil {
-			if err := dev.ReceiveInto(rd, reg, off, r.length); err != nil {
+			if err := dev.ReceiveInto(bulk.chunks(rd), reg, off, r.length); err != nil {
 				return err // a device that fails mid-transfer ends the lane: the stream is out of step
 			}
 		} else if st == stOK {
@@ -540,7 +540,7 @@ func (s *server) serveVector(c net.Conn, rd *bufio.Reader, bulk *bulkReader, ack
 					if err != nil {
 						return err
 					}
-					if err := st.ReceiveInto(rd, reg, v.offs[i], v.pieces[i].length); err != nil {
+					if err := st.ReceiveInto(bulk.chunks(rd), reg, v.offs[i], v.pieces[i].length); err != nil {
 						return err
 					}
 				}
