@@ -104,6 +104,21 @@ func (r *Region) ReadToCPUAsync(dst []byte, off uint64) (wait func() error, err 
 	return memory.CopyAsync(memory.Ptr(memory.AddrOf(dst)), memory.HostPlace, memory.Ptr(r.addr+off), r.place, uint64(len(dst)))
 }
 
+// WriteFromCPUAsync queues the copy of host memory src to the region at off and returns the
+// wait for its end (memory.CopyAsync). Host memory regions are copied before it returns.
+func (r *Region) WriteFromCPUAsync(src []byte, off uint64) (wait func() error, err error) {
+	if r.mem != nil {
+		if err := r.WriteFromCPU(src, off); err != nil {
+			return nil, err
+		}
+		return func() error { return nil }, nil
+	}
+	if err := r.Check(off, uint64(len(src))); err != nil {
+		return nil, fmt.Errorf("region %d: %w", r.key, err)
+	}
+	return memory.CopyAsync(memory.Ptr(r.addr+off), r.place, memory.Ptr(memory.AddrOf(src)), memory.HostPlace, uint64(len(src)))
+}
+
 // FD returns the memfd behind the region and the region's offset in it, or -1 when the memory
 // has none (a Go slice, C memory): same-host peers then reach it with cross-memory attach.
 func (r *Region) FD() (int, uint64) { return r.fd, r.fdOff }

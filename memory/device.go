@@ -183,6 +183,17 @@ func CopyPlaced(dst Ptr, dp Place, src Ptr, sp Place, n uint64) error {
 		if err != nil {
 			return err
 		}
+		if (dp.Kind == Device) != (sp.Kind == Device) && dp.Kind != Managed && sp.Kind != Managed {
+			// Between host and device memory: on the copy stream, waiting for this copy's own
+			// event. A synchronization of the legacy stream would also wait for every copy that
+			// other goroutines (the lanes of a transfer) queued meanwhile.
+			if wait, ok, err := c.copyAsync(dst, src, n); ok {
+				if err != nil {
+					return err
+				}
+				return wait()
+			}
+		}
 		return c.do("cuMemcpyAsync", func() int32 {
 			if r := c.api.cuMemcpyAsync(uint64(dst), uint64(src), n, 0); r != 0 {
 				return r

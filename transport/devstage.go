@@ -217,6 +217,15 @@ func (d DeviceRange) ReadToCPUAsync(dst []byte, off uint64) (wait func() error, 
 	return memory.CopyAsync(memory.Ptr(memory.AddrOf(dst)), memory.HostPlace, d.Ptr+memory.Ptr(off), d.Place, uint64(len(dst)))
 }
 
+// WriteFromCPUAsync queues the copy of src to off (memory.CopyAsync): a Stager receiving a
+// transfer has several chunks' copies queued at once.
+func (d DeviceRange) WriteFromCPUAsync(src []byte, off uint64) (wait func() error, err error) {
+	if err := d.Check(off, uint64(len(src))); err != nil {
+		return nil, err
+	}
+	return memory.CopyAsync(d.Ptr+memory.Ptr(off), d.Place, memory.Ptr(memory.AddrOf(src)), memory.HostPlace, uint64(len(src)))
+}
+
 // ReadToCPU implements DeviceIO: dst is filled from off.
 func (d DeviceRange) ReadToCPU(dst []byte, off uint64) error {
 	if err := d.Check(off, uint64(len(dst))); err != nil {

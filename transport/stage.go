@@ -19,6 +19,7 @@ type Stager struct {
 	region DeviceIO // the region Receive and Send address; nil for a ring made by NewRing
 	free   chan []byte
 	frees  []func() error
+	chunk  int // the size of every chunk
 }
 
 // DeviceIO is memory the host reaches only by copies: a device ConnBuffer, a device region of a
@@ -35,11 +36,20 @@ var (
 )
 
 // Staging defaults: 4 chunks of 1 MiB, unless HMC_STAGE_CHUNK (bytes) and HMC_STAGE_DEPTH
-// (chunks) name others for this process.
+// (chunks) name others for this process (they override StageSizes' too).
 const (
 	DefaultStageChunk = 1 << 20
 	DefaultStageDepth = 4
 )
+
+// StageSizes returns chunk and depth, or what HMC_STAGE_CHUNK and HMC_STAGE_DEPTH name instead:
+// the size of a ring whose maker chose its own.
+func StageSizes(chunk, depth int) (int, int) {
+	if os.Getenv("HMC_STAGE_CHUNK") != "" || os.Getenv("HMC_STAGE_DEPTH") != "" {
+		return stageDefaults()
+	}
+	return chunk, depth
+}
 
 // stageDefaults returns the chunk size and depth a ring takes when its caller names none.
 var stageDefaults = sync.OnceValues(func() (chunk, depth int) {
@@ -76,7 +86,7 @@ func NewRing(alloc func(uint64) ([]byte, func() error, error), chunk, depth int)
 	if depth < 2 {
 		depth = 2 // one chunk on the wire, one being copied
 	}
-	s := &Stager{free: make(chan []byte, depth)}
+	s := &Stager{free: make(chan []byte, depth), chunk: chunk}
 	for range depth {
 		b, free, err := alloc(uint64(chunk))
 		if err != nil {
@@ -108,6 +118,12 @@ type piece struct {
 	wait func() error // an issued device copy into b: waited for before b is used or reused
 }
 
+// asyncWriter is a DeviceIO whose copies from host memory can be queued (DeviceRange, a
+// device Region).
+type asyncWriter interface {
+	WriteFromCPUAsync(src []byte, off uint64) (wait func() error, err error)
+}
+
 // asyncReader is a DeviceIO whose copies to host memory can be issued ahead (DeviceRange).
 type asyncReader interface {
 	ReadToCPUAsync(dst []byte, off uint64) (wait func() error, err error)
@@ -123,15 +139,52 @@ func (s *Stager) ReceiveInto(r io.Reader, region DeviceIO, off, n uint64) error 
 	if err := region.Check(off, n); err != nil {
 		return fmt.Errorf("staging: %w", err)
 	}
+	if n <= uint64(s.chunk) { // one chunk: nothing to overlap, no goroutine
+		b := <-s.free
+		defer func() { s.free <- b }()
+		if _, err := io.ReadFull(r, b[:n]); err != nil {
+			return err
+		}
+		if err := region.WriteFromCPU(b[:n], off); err != nil {
+			return fmt.Errorf("staging: to device: %w", err)
+		}
+		return nil
+	}
 	filled := make(chan piece, cap(s.free))
 	copied := make(chan error, 1)
+	aw, async := region.(asyncWriter)
 	go func() { // owned by Receive: it closes filled and waits for copied
 		var err error
+		// A region with WriteFromCPUAsync has up to half the ring's copies queued at once (the
+		// fixed cost of one overlaps the copy before it); the oldest is waited for, and its
+		// chunk given back, before more are queued. Every queued copy is waited for.
+		var queued []piece
+		oldest := func() {
+			p := queued[0]
+			queued = queued[1:]
+			if e := p.wait(); err == nil {
+				err = e
+			}
+			s.free <- p.b[:cap(p.b)]
+		}
 		for p := range filled {
-			if err == nil {
+			if err == nil && async {
+				var e error
+				if p.wait, e = aw.WriteFromCPUAsync(p.b, p.off); e == nil {
+					queued = append(queued, p)
+					for len(queued) > max(1, cap(s.free)/2) || (len(queued) > 0 && len(filled) == 0 && len(s.free) == 0) {
+						oldest()
+					}
+					continue
+				}
+				err = e
+			} else if err == nil {
 				err = region.WriteFromCPU(p.b, p.off)
 			}
 			s.free <- p.b[:cap(p.b)]
+		}
+		for len(queued) > 0 {
+			oldest()
 		}
 		copied <- err
 	}()
@@ -168,6 +221,15 @@ func (s *Stager) Send(w io.Writer, off, n uint64) error { return s.SendFrom(w, s
 func (s *Stager) SendFrom(w io.Writer, region DeviceIO, off, n uint64) error {
 	if err := region.Check(off, n); err != nil {
 		return fmt.Errorf("staging: %w", err)
+	}
+	if n <= uint64(s.chunk) { // one chunk: nothing to overlap, no goroutine
+		b := <-s.free
+		defer func() { s.free <- b }()
+		if err := region.ReadToCPU(b[:n], off); err != nil {
+			return fmt.Errorf("staging: from device: %w", err)
+		}
+		_, err := w.Write(b[:n])
+		return err
 	}
 	ready := make(chan piece, cap(s.free))
 	stop := make(chan struct{})

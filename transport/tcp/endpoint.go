@@ -290,23 +290,36 @@ func (ep *endpoint) send(ctx context.Context, base request, n uint64, span []byt
 	if n == 0 {
 		return transport.Succeeded(), nil
 	}
-	o := transport.NewOp(ep.parts(n))
+	o := transport.NewOp(int((n + ep.part(n, dev != nil) - 1) / ep.part(n, dev != nil)))
 	if err := ep.sendParts(ctx, base, n, span, devOff, dev, o); err != nil {
 		return nil, err
 	}
 	return o, nil
 }
 
-// parts is the number of parts send cuts a transfer of n bytes into.
+// parts is the number of parts send cuts a transfer of n bytes of host memory into.
 func (ep *endpoint) parts(n uint64) int {
-	chunk := partSize(n, len(ep.lanes), ep.cfg.ChunkSize)
+	chunk := ep.part(n, false)
 	return int((n + chunk - 1) / chunk)
+}
+
+// part is the size of the parts of a transfer of n bytes; a DeviceRMA transfer's parts are at
+// least devPartMin (when it is that long), so that each streams several chunks of its lane's
+// ring, the device copies overlapping the wire within the part.
+func (ep *endpoint) part(n uint64, device bool) uint64 {
+	if !device {
+		return partSize(n, len(ep.lanes), ep.cfg.ChunkSize)
+	}
+	parts := max(1, min(uint64(len(ep.lanes)), n/devPartMin))
+	const page = 4096
+	p := ((n+parts-1)/parts + page - 1) &^ (page - 1)
+	return min(p, ep.cfg.ChunkSize)
 }
 
 // sendParts posts the parts of a transfer, each finishing one part of o; on an error the parts
 // not posted are finished with it (posted ones finish on their own).
 func (ep *endpoint) sendParts(ctx context.Context, base request, n uint64, span []byte, devOff uint64, dev *transport.DeviceRange, o *transport.Op) error {
-	chunk := partSize(n, len(ep.lanes), ep.cfg.ChunkSize)
+	chunk := ep.part(n, dev != nil)
 	parts := (n + chunk - 1) / chunk
 	var first *lane
 	if parts == 1 {
@@ -619,12 +632,23 @@ func (l *lane) writeMany(out outReq) (int, error) {
 	return n, nil
 }
 
+// The rings of device memory that a lane or a server connection streams (DeviceRMA transfers,
+// device regions of a table): a chunk is a part as the lanes stripe a transfer (512 KiB), so a
+// part is one device copy and one write, and a longer one streams chunk by chunk, its copies
+// queued ahead. On a lent H100 a host<->device copy costs ~14 us whatever its size.
+const (
+	devStageChunk = 512 << 10
+	devStageDepth = 4
+	devPartMin    = stripeMin
+)
+
 // devRing returns the staging ring of device memory at pl in *rings, made on first use.
 func devRing(rings *map[memory.Place]*transport.Stager, pl memory.Place) (*transport.Stager, error) {
 	if st := (*rings)[pl]; st != nil {
 		return st, nil
 	}
-	st, err := transport.NewRing(func(n uint64) ([]byte, func() error, error) { return memory.AllocStagingFor(pl, n) }, 0, 0)
+	chunk, depth := transport.StageSizes(devStageChunk, devStageDepth)
+	st, err := transport.NewRing(func(n uint64) ([]byte, func() error, error) { return memory.AllocStagingFor(pl, n) }, chunk, depth)
 	if err != nil {
 		return nil, fmt.Errorf("tcp: staging for %v memory: %w", pl, err)
 	}

@@ -134,17 +134,7 @@ func (s *server) serveRequests(c net.Conn, ver uint16, peer uint32) error {
 	// Device regions of the table stage through rings of their device's pinned memory, one
 	// per device a lane has carried.
 	rings := map[memory.Place]*transport.Stager{}
-	ring := func(pl memory.Place) (*transport.Stager, error) {
-		if st := rings[pl]; st != nil {
-			return st, nil
-		}
-		st, err := transport.NewRing(func(n uint64) ([]byte, func() error, error) { return memory.AllocStagingFor(pl, n) }, 0, 0)
-		if err != nil {
-			return nil, fmt.Errorf("tcp: staging for %v memory: %w", pl, err)
-		}
-		rings[pl] = st
-		return st, nil
-	}
+	ring := func(pl memory.Place) (*transport.Stager, error) { return devRing(&rings, pl) }
 	defer func() {
 		if stg != nil {
 			_ = stg.Close()
