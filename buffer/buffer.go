@@ -122,6 +122,24 @@ func (c *ConnBuffer) ReadToCPU(dst []byte, off uint64) error {
 	return c.mem.CopyDeviceToHost(dst, c.buf.Ptr()+memory.Ptr(off))
 }
 
+// WriteFromCPUAsync starts copying src into the buffer at off and returns the wait for its end
+// (Memory.CopyHostToDeviceAsync): a staging ring queues several chunks' copies.
+func (c *ConnBuffer) WriteFromCPUAsync(src []byte, off uint64) (wait func() error, err error) {
+	if err := c.Check(off, uint64(len(src))); err != nil {
+		return nil, fmt.Errorf("write from cpu: %w", err)
+	}
+	return c.mem.CopyHostToDeviceAsync(c.buf.Ptr()+memory.Ptr(off), src)
+}
+
+// ReadToCPUAsync starts copying len(dst) bytes at off into host memory dst, as
+// WriteFromCPUAsync.
+func (c *ConnBuffer) ReadToCPUAsync(dst []byte, off uint64) (wait func() error, err error) {
+	if err := c.Check(off, uint64(len(dst))); err != nil {
+		return nil, fmt.Errorf("read to cpu: %w", err)
+	}
+	return c.mem.CopyDeviceToHostAsync(dst, c.buf.Ptr()+memory.Ptr(off))
+}
+
 // WriteFromGPU copies n bytes from device address src (on this buffer's device) into the
 // buffer at off. As upstream, it fails on a CPU buffer: copy device memory to a host buffer with
 // the device's own Memory.CopyDeviceToHost into Bytes().

@@ -230,6 +230,23 @@ func (c *cudaBackend) pinHost(b []byte) (func() error, error) {
 }
 
 func (c *cudaBackend) close() error {
+	// Memory.Close holds every copy off: the copy stream is idle and its events unused.
+	c.streamMu.Lock()
+	if c.stream != 0 {
+		_ = c.do("cuStreamDestroy", func() int32 {
+			for len(c.events) > 0 {
+				if ev := <-c.events; c.api.cuEventDestroy != nil {
+					_ = c.api.cuEventDestroy(ev)
+				}
+			}
+			if c.api.cuStreamDestroy != nil {
+				return c.api.cuStreamDestroy(c.stream)
+			}
+			return 0
+		})
+		c.stream = 0
+	}
+	c.streamMu.Unlock()
 	return c.api.check("cuDevicePrimaryCtxRelease", c.api.cuDevicePrimaryCtxRelease(c.dev))
 }
 

@@ -246,3 +246,42 @@ func TestDeviceCopyAsync(t *testing.T) {
 		t.Fatalf("an empty copy: %v", err)
 	}
 }
+
+// TestDeviceMemoryCopyAsync: a Memory's queued copies land every byte, and once it is closed a
+// copy is refused.
+func TestDeviceMemoryCopyAsync(t *testing.T) {
+	m := nvidiaOrEmulated(t)
+	const n = 1<<20 + 5
+	d, err := m.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := make([]byte, n)
+	for i := range src {
+		src[i] = byte(i*5 + 2)
+	}
+	back := make([]byte, n)
+	w1, err := m.CopyHostToDeviceAsync(d.Ptr(), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w1(); err != nil {
+		t.Fatal(err)
+	}
+	w2, err := m.CopyDeviceToHostAsync(back, d.Ptr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w2(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(back, src) {
+		t.Fatal("bytes changed on the way through the device")
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CopyDeviceToHostAsync(back, d.Ptr()); !errors.Is(err, status.ErrClosed) {
+		t.Fatalf("a copy after Close: %v", err)
+	}
+}

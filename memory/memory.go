@@ -270,6 +270,55 @@ func (m *Memory) CopyDeviceToHost(dst []byte, src Ptr) error {
 	return m.using("copy from device", func() error { return m.be.copyDeviceToHost(dst, src) })
 }
 
+// CopyHostToDeviceAsync starts copying src to dst in this Memory and returns the wait for its
+// end, which must be called once (a CUDA device queues the copy, as CopyAsync does; others copy
+// before it returns). Close waits for the copies not yet waited for; src stays valid until then.
+func (m *Memory) CopyHostToDeviceAsync(dst Ptr, src []byte) (wait func() error, err error) {
+	return m.copyAsync("copy to device", len(src) == 0 || dst == 0, func(c *cudaBackend) (func() error, bool, error) {
+		return c.copyAsync(dst, Ptr(AddrOf(src)), uint64(len(src)))
+	}, func() error { return m.CopyHostToDevice(dst, src) })
+}
+
+// CopyDeviceToHostAsync starts copying len(dst) bytes from src in this Memory to dst, as
+// CopyHostToDeviceAsync.
+func (m *Memory) CopyDeviceToHostAsync(dst []byte, src Ptr) (wait func() error, err error) {
+	return m.copyAsync("copy from device", len(dst) == 0 || src == 0, func(c *cudaBackend) (func() error, bool, error) {
+		return c.copyAsync(Ptr(AddrOf(dst)), src, uint64(len(dst)))
+	}, func() error { return m.CopyDeviceToHost(dst, src) })
+}
+
+// copyAsync runs start on a CUDA backend, holding Close off until the copy's wait returns, or
+// else (another backend, an empty or null copy, a driver without events) sync.
+func (m *Memory) copyAsync(op string, trivial bool, start func(*cudaBackend) (func() error, bool, error), sync func() error) (func() error, error) {
+	c, ok := m.be.(*cudaBackend)
+	if !ok || trivial {
+		if err := sync(); err != nil {
+			return nil, err
+		}
+		return done, nil
+	}
+	m.use.RLock()
+	if m.closed {
+		m.use.RUnlock()
+		return nil, fmt.Errorf("memory: %s: %w", op, status.ErrClosed)
+	}
+	wait, ok, err := start(c)
+	if !ok || err != nil {
+		m.use.RUnlock()
+		if err != nil {
+			return nil, err
+		}
+		if err := sync(); err != nil {
+			return nil, err
+		}
+		return done, nil
+	}
+	return func() error {
+		defer m.use.RUnlock()
+		return wait()
+	}, nil
+}
+
 // CopyDeviceToDevice copies n bytes between two addresses of this Memory. Overlapping ranges
 // are handled as memmove for CPU memory; for devices they follow the driver's memcpy.
 func (m *Memory) CopyDeviceToDevice(dst, src Ptr, n uint64) error {
