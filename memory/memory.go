@@ -39,6 +39,9 @@ type Memory struct {
 	// reaching a released device context.
 	use    sync.RWMutex
 	closed bool // guarded by use
+	// queued counts the copies CopyHostToDeviceAsync and CopyDeviceToHostAsync queued whose
+	// waits have not returned; Close waits for them.
+	queued sync.WaitGroup
 }
 
 // using runs f unless the Memory is closed, keeping Close out until it returns.
@@ -287,8 +290,11 @@ func (m *Memory) CopyDeviceToHostAsync(dst []byte, src Ptr) (wait func() error, 
 	}, func() error { return m.CopyDeviceToHost(dst, src) })
 }
 
-// copyAsync runs start on a CUDA backend, holding Close off until the copy's wait returns, or
-// else (another backend, an empty or null copy, a driver without events) sync.
+// copyAsync runs start on a CUDA backend, or else (another backend, an empty or null copy, a
+// driver without events) sync. A queued copy is counted in queued until its wait returns, and
+// Close waits for the count after taking use: holding use's read lock until the wait instead
+// would deadlock a caller that queues a second copy (a second read lock) while Close waits for
+// the lock and before it waits for the first.
 func (m *Memory) copyAsync(op string, trivial bool, start func(*cudaBackend) (func() error, bool, error), sync func() error) (func() error, error) {
 	c, ok := m.be.(*cudaBackend)
 	if !ok || trivial {
@@ -313,8 +319,10 @@ func (m *Memory) copyAsync(op string, trivial bool, start func(*cudaBackend) (fu
 		}
 		return done, nil
 	}
+	m.queued.Add(1) // under the read lock: before Close can wait for the count
+	m.use.RUnlock()
 	return func() error {
-		defer m.use.RUnlock()
+		defer m.queued.Done()
 		return wait()
 	}, nil
 }
@@ -340,6 +348,7 @@ func (m *Memory) Close() error {
 		return nil
 	}
 	m.closed = true
+	m.queued.Wait() // copies queued before: their waits need no lock
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var first error

@@ -364,8 +364,14 @@ func (ep *endpoint) enter(r *peerRegion) error {
 		return errDeregistered(r.key)
 	}
 	r.local.RLock()
+	if enteredHook != nil {
+		enteredHook(r)
+	}
 	return nil
 }
+
+// enteredHook, when set (tests), runs each time an operation has entered a region.
+var enteredHook func(r *peerRegion)
 
 func exit(r *peerRegion) {
 	r.local.RUnlock()
@@ -813,16 +819,24 @@ func (ep *endpoint) rmaVector(ctx context.Context, write bool, bufs [][]byte, re
 			continue
 		}
 		r, off := (*peerRegion)(nil), uint64(0)
-		if rem.Key != transport.DefaultRegion {
+		alone := rem.Key == transport.DefaultRegion
+		if !alone {
 			if r, off = find(rem, n); r == nil {
 				var err error
 				if r, off, err = ep.enterResolved(ctx, rem, n); err != nil {
 					return nil, fmt.Errorf("shm: piece %d: %w", i, err)
 				}
-				entered = append(entered, r)
+				if alone = r.mem == nil || r.dev != 0; alone {
+					// rmaHeld enters the region itself: kept entered here as well, its
+					// r.local would be read-locked twice by this goroutine, and a
+					// deregistration waiting for the lock in between would deadlock both.
+					exit(r)
+				} else {
+					entered = append(entered, r)
+				}
 			}
 		}
-		if r == nil || r.mem == nil || r.dev != 0 {
+		if alone {
 			// The default region, device regions and regions reached by cross-memory attach:
 			// this piece on its own, as RMA moves it (ep.mu is held).
 			if _, err := ep.rmaHeld(ctx, write, b, rem); err != nil {
