@@ -89,14 +89,11 @@ func (r *Region) ReadToCPU(dst []byte, off uint64) error {
 }
 
 // ReadToCPUAsync starts copying len(dst) bytes of the region at off into host memory dst and
-// returns the wait for its end (memory.CopyAsync): a staging ring issues the copies of its
+// returns the wait for its end (memory.CopyAsync): a staging ring queues the copies of its
 // chunks ahead. Host memory regions are copied before it returns.
 func (r *Region) ReadToCPUAsync(dst []byte, off uint64) (wait func() error, err error) {
-	if r.mem != nil {
-		if err := r.ReadToCPU(dst, off); err != nil {
-			return nil, err
-		}
-		return func() error { return nil }, nil
+	if r.mem != nil { // a slice copy: the bytes may be Go memory, not to be re-derived from an address
+		return copied(r.ReadToCPU(dst, off))
 	}
 	if err := r.Check(off, uint64(len(dst))); err != nil {
 		return nil, fmt.Errorf("region %d: %w", r.key, err)
@@ -104,19 +101,23 @@ func (r *Region) ReadToCPUAsync(dst []byte, off uint64) (wait func() error, err 
 	return memory.CopyAsync(memory.Ptr(memory.AddrOf(dst)), memory.HostPlace, memory.Ptr(r.addr+off), r.place, uint64(len(dst)))
 }
 
-// WriteFromCPUAsync queues the copy of host memory src to the region at off and returns the
-// wait for its end (memory.CopyAsync). Host memory regions are copied before it returns.
+// WriteFromCPUAsync starts copying host memory src to the region at off, as ReadToCPUAsync.
 func (r *Region) WriteFromCPUAsync(src []byte, off uint64) (wait func() error, err error) {
 	if r.mem != nil {
-		if err := r.WriteFromCPU(src, off); err != nil {
-			return nil, err
-		}
-		return func() error { return nil }, nil
+		return copied(r.WriteFromCPU(src, off))
 	}
 	if err := r.Check(off, uint64(len(src))); err != nil {
 		return nil, fmt.Errorf("region %d: %w", r.key, err)
 	}
 	return memory.CopyAsync(memory.Ptr(r.addr+off), r.place, memory.Ptr(memory.AddrOf(src)), memory.HostPlace, uint64(len(src)))
+}
+
+// copied is the result of an asynchronous copy done at once.
+func copied(err error) (wait func() error, _ error) {
+	if err != nil {
+		return nil, err
+	}
+	return func() error { return nil }, nil
 }
 
 // FD returns the memfd behind the region and the region's offset in it, or -1 when the memory
