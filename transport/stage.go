@@ -119,12 +119,12 @@ type piece struct {
 }
 
 // asyncWriter is a DeviceIO whose copies from host memory can be queued (DeviceRange, a
-// device Region).
+// Region, a ConnBuffer).
 type asyncWriter interface {
 	WriteFromCPUAsync(src []byte, off uint64) (wait func() error, err error)
 }
 
-// asyncReader is a DeviceIO whose copies to host memory can be issued ahead (DeviceRange).
+// asyncReader is a DeviceIO whose copies to host memory can be queued, as asyncWriter.
 type asyncReader interface {
 	ReadToCPUAsync(dst []byte, off uint64) (wait func() error, err error)
 }
@@ -212,9 +212,9 @@ func (s *Stager) ReceiveInto(r io.Reader, region DeviceIO, off, n uint64) error 
 }
 
 // Send writes n bytes of the region at off to w: chunk i+1 is copied from the device while
-// chunk i is written (a region with ReadToCPUAsync has the copies of every free chunk issued
-// ahead, each waited for before its chunk is written). A device error ends the transfer before its bytes are written: the
-// stream is then short, and the caller must end it.
+// chunk i is written (a region with ReadToCPUAsync has the copies of every free chunk queued,
+// each waited for before its chunk is written). A device error ends the transfer before its
+// bytes are written: the stream is then short, and the caller must end it.
 func (s *Stager) Send(w io.Writer, off, n uint64) error { return s.SendFrom(w, s.region, off, n) }
 
 // SendFrom is Send from region.

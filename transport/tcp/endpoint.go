@@ -290,7 +290,8 @@ func (ep *endpoint) send(ctx context.Context, base request, n uint64, span []byt
 	if n == 0 {
 		return transport.Succeeded(), nil
 	}
-	o := transport.NewOp(int((n + ep.part(n, dev != nil) - 1) / ep.part(n, dev != nil)))
+	p := ep.part(n, dev != nil)
+	o := transport.NewOp(int((n + p - 1) / p))
 	if err := ep.sendParts(ctx, base, n, span, devOff, dev, o); err != nil {
 		return nil, err
 	}
@@ -303,9 +304,9 @@ func (ep *endpoint) parts(n uint64) int {
 	return int((n + chunk - 1) / chunk)
 }
 
-// part is the size of the parts of a transfer of n bytes; a DeviceRMA transfer's parts are at
-// least devPartMin (when it is that long), so that each streams several chunks of its lane's
-// ring, the device copies overlapping the wire within the part.
+// part is the size of the parts of a transfer of n bytes. A DeviceRMA transfer is striped over
+// the lanes from 2 × devPartMin on (host memory from stripeFrom): its parts' device copies then
+// run while the other parts are on the wire.
 func (ep *endpoint) part(n uint64, device bool) uint64 {
 	if !device {
 		return partSize(n, len(ep.lanes), ep.cfg.ChunkSize)
