@@ -94,6 +94,7 @@ type Result struct {
 	P99us     float64 `json:"p99_us"`
 	MeanUs    float64 `json:"mean_us"`
 	Lanes     int     `json:"lanes"`
+	Threads   int     `json:"threads,omitempty"` // hmc trans bench: batches in flight, one goroutine each
 	Window    int     `json:"window"`
 	Verified  bool    `json:"verified"`
 	// The transfer engine's rows (hmc trans bench): the median batch's time over its blocks, and

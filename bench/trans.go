@@ -206,7 +206,7 @@ func TransRun(ctx context.Context, c TransConfig) (Result, error) {
 	}
 	blocks := len(batches[0])
 	res := Result{Transport: kindsName(c.Kinds), Op: "write", Mode: c.Pattern, Mem: mem, Size: c.Block, Iters: len(all),
-		GBps: float64(bytes) / el.Seconds() / 1e9, P50us: p50, P99us: p99, Window: blocks, Lanes: c.Threads,
+		GBps: float64(bytes) / el.Seconds() / 1e9, P50us: p50, P99us: p99, Window: blocks, Threads: c.Threads,
 		BlockUs: p50 / float64(blocks)}
 	if !c.Write {
 		res.Op = "read"
