@@ -587,10 +587,11 @@ func (h *helpers) close() {
 // is as fast from 16 KiB to 1 MiB), which matters for batches of discrete pieces.
 const libcMin = 1 << 20
 
-// movsbMin is the smallest copy made with `rep movsb` (below libcMin, on CPUs with ERMS): a
-// batch's pieces of 16 and 128 KiB whose bytes are not in the caches copy at 84 and 56-64 GB/s
-// that way against 33-58 and 24-27 with Go's copy (BenchmarkPieceCopies), with no call's cost.
-const movsbMin = 4 << 10
+// movsbMin is the smallest copy made with `rep movsb` (below libcMin, on CPUs with ERMS): pieces
+// of 8 KiB in the caches copy at 83-85 GB/s that way against 53-55 with Go's copy, and cold
+// pieces of 128 KiB at 54-71 against 19-28 (BenchmarkPieceCopies), with no call's cost; at
+// 4 KiB both run alike.
+const movsbMin = 8 << 10
 
 // pieceCopy copies src to dst: with glibc's memcpy when it is loadable and the transfer is not
 // far beyond the caches (`rep movsb`, faster than Go's AVX loop there), else with Go's copy
