@@ -593,10 +593,15 @@ const libcMin = 1 << 20
 // 4 KiB both run alike.
 const movsbMin = 8 << 10
 
-// pieceCopy copies src to dst: with glibc's memcpy when it is loadable and the transfer is not
-// far beyond the caches (`rep movsb`, faster than Go's AVX loop there), else with Go's copy
-// (non-temporal stores from 1 MiB: best for data far larger than the caches), in pieces of
-// piece bytes when the data should stay cache-resident.
+// haveMovsb says whether pieceCopy uses `rep movsb`: on CPUs with ERMS, and not under the race
+// detector, which sees only instrumented copies (tests call movsb itself).
+var haveMovsb = hasERMS() && !raceEnabled
+
+// pieceCopy copies src to dst: from libcMin with glibc's memcpy when it is loadable and the
+// transfer is not far beyond the caches (`rep movsb`, faster than Go's AVX loop there), from
+// movsbMin with `rep movsb` itself, else with Go's copy (non-temporal stores from 1 MiB: best
+// for data far larger than the caches), in pieces of piece bytes when the data should stay
+// cache-resident.
 func pieceCopy(dst, src []byte, piece uint64, big bool) {
 	n := uint64(len(src))
 	if n == 0 {

@@ -4,9 +4,7 @@ package shm
 
 import "unsafe"
 
-// haveMovsb is false where `rep movsb` does not exist.
-const haveMovsb = false
-
+// movsb exists on amd64 only: hasERMS keeps it from being called elsewhere.
 func movsb(dst, src unsafe.Pointer, n uintptr) { panic("shm: movsb on a CPU without it") }
 
 func hasERMS() bool { return false }
