@@ -5,11 +5,15 @@
 # contiguous transfer of the same bytes (the row's own --contiguous-peer), plus the KV layout
 # (61 layers x K and V blocks of 16 and 128 KiB) on both. Medians of R rounds. Each tcp row also
 # gives its ratio to a put of the batch's own total (2, 8 and 32 MiB): the 4 MiB put's source and
-# destination stay in a 32 MiB L3, a 32 MiB batch's do not.
+# destination stay in a 32 MiB L3, a 32 MiB batch's do not. Where UCX is installed, the same
+# scattered batches over UCX's tcp transport (-tags ucx) against their own contiguous transfer,
+# as PUTV active messages (the default there) and as one put per piece (HMC_UCX_PIECEWISE=1).
 # Usage: bench/compare-kv.sh [repeats] [busy]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/compare-lib.sh "$@"
+ucx=false
+if pkg-config --exists ucx 2>/dev/null; then go build -tags ucx -o "$tmp/hmcucx" ./cmd/hmc && ucx=true; fi
 declare -A v
 for i in $(seq "$R"); do
   v[put]+="$("$tmp/hmc" bench --transport tcp --op put --sizes 4MiB --duration 3s --json | field put '' gbps) "
@@ -29,6 +33,15 @@ for i in $(seq "$R"); do
       v[kvr_${t}_$s]+="$(echo "$out" | field write $s ratio) "
     done
   done
+  if $ucx; then
+    for pw in 0 1; do
+      out=$(HMC_UCX_PIECEWISE=$pw UCX_TLS=tcp UCX_NET_DEVICES=lo "$tmp/hmcucx" trans bench --protocol ucx --threads 1 --batch-size 512 --block-size 4KiB,16KiB,64KiB --duration 2s --json)
+      for s in 4096 16384 65536; do
+        v[ucx${pw}_$s]+="$(echo "$out" | field write $s gbps) "
+        v[ucxr${pw}_$s]+="$(echo "$out" | field write $s ratio) "
+      done
+    done
+  fi
 done
 med() { echo ${v[$1]} | tr ' ' '\n' | median | xargs printf '%.2f'; }
 put=$(med put)
@@ -44,3 +57,8 @@ for t in tcp shm; do
     echo "$t kv 61 x 2 x $((s / 1024)) KiB: GB/s $(med kv_${t}_$s); /contiguous same bytes $(med kvr_${t}_$s)"
   done
 done
+if $ucx; then
+  for s in 4096 16384 65536; do
+    echo "ucx (tcp) scattered 512 x $((s / 1024)) KiB: PUTV GB/s $(med ucx0_$s), /contiguous same bytes $(med ucxr0_$s); one put per piece GB/s $(med ucx1_$s), /contiguous $(med ucxr1_$s)"
+  done
+fi

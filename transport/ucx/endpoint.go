@@ -60,7 +60,9 @@ type endpoint struct {
 	stagingMu sync.Mutex     // orders staging.Add after closed is set against Close's Wait
 	staging   sync.WaitGroup // staged transfers' goroutines (staged); Close waits for them
 
-	version uint16        // the bootstrap link's: 2 serves registered regions
+	version uint16        // the bootstrap link's: 2 serves registered regions, 3 takes PUTVs
+	token   uint64        // the link's token (version 3), which PUTVs carry
+	amVec   bool          // vector puts go as PUTVs: version 3 and every RMA lane is tcp (am.go)
 	peer    peerRegions   // the target's regions resolved so far
 	quit    chan struct{} // closed by Close: the link reader stops handing out answers
 }
@@ -205,6 +207,8 @@ func (t *Transport) setup(ctx context.Context, w *worker, conn net.Conn, cfg tra
 		if st != C.UCS_OK {
 			return
 		}
+		e.token = wel.token
+		e.amVec = wel.version >= 3 && !t.cfg.PiecewiseVectors && C.hmc_ep_rma_emulated(e.ep) != 0
 		rk := C.CBytes(wel.rkey)
 		defer C.free(rk)
 		if st = C.ucp_ep_rkey_unpack(e.ep, rk, &e.rkey); st != C.UCS_OK {
@@ -226,6 +230,7 @@ func (e *endpoint) watchLink() {
 	_ = e.linkReader() // until the target or Close ends the link, or the target breaks protocol
 	err := fmt.Errorf("ucx: target closed its link: %w", status.ErrPeerClosed)
 	e.dead.CompareAndSwap(nil, &err)
+	e.w.call(func() { e.failAMLocked(err) }) // no ACK comes any more
 }
 
 func (e *endpoint) RemoteSize() uint64 { return e.remoteSize }
@@ -432,6 +437,11 @@ func (e *endpoint) drain() bool {
 				e.flushed(req, st, nil, ops)
 			}
 			w.progress()
+			if p := e.dead.Load(); p != nil {
+				e.failAMLocked(*p)
+			} else if st := *(*int32)(unsafe.Pointer(e.errflag)); st != 0 {
+				e.failAMLocked(ucsErr("endpoint", C.ucs_status_t(st)))
+			}
 			done = e.inflight == 0
 		})
 		if done {

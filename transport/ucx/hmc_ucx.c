@@ -1,6 +1,8 @@
 //go:build ucx && cgo
 
 // The C side of the UCX transport; see hmc_ucx.h.
+#define _GNU_SOURCE
+#include <stdio.h>
 #include <string.h>
 #include <uct/api/uct.h>
 #include "hmc_ucx.h"
@@ -24,7 +26,7 @@ ucs_status_t hmc_ucp_init(const char *tls, ucp_context_h *ctx) {
 	ucp_params_t p;
 	memset(&p, 0, sizeof p);
 	p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-	p.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_WAKEUP;
+	p.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
 	p.mt_workers_shared = 1; // workers of several Transports, and NewHostBuffer, share it
 	st = ucp_init(&p, cfg, ctx);
 	ucp_config_release(cfg);
@@ -250,4 +252,155 @@ void *hmc_atomic(ucp_ep_h ep, int op, uint64_t *io, uint64_t raddr, ucp_rkey_h r
 	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
 	*st = UCS_OK;
 	return r;
+}
+
+// PUTV handler (target): queue the message for the Go side, which checks every piece against
+// the regions the sender's link was granted before it copies anything. A rendezvous PUTV is
+// never sent (the initiator forces eager): it is dropped, and its sender's request completes
+// without an ACK until the endpoint fails or closes.
+static ucs_status_t hmc_on_putv(void *arg, const void *header, size_t hlen, void *data, size_t len,
+                                const ucp_am_recv_param_t *p) {
+	hmc_amq *q = arg;
+	if ((p->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || !(p->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;
+	hmc_amrx *m = malloc(sizeof *m + hlen);
+	if (m == NULL) return UCS_OK;
+	memset(m, 0, sizeof *m);
+	m->hdr = (char *)(m + 1);
+	memcpy(m->hdr, header, hlen);
+	m->hlen = hlen;
+	m->reply_ep = p->reply_ep;
+	m->len = len;
+	ucs_status_t ret = UCS_OK;
+	if (p->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) {
+		m->data = data; // held: given back by hmc_am_free
+		m->release = 1;
+		ret = UCS_INPROGRESS;
+	} else if (len > 0) {
+		m->data = malloc(len);
+		if (m->data == NULL) { free(m); return UCS_OK; }
+		memcpy(m->data, data, len);
+	}
+	if (q->tail) q->tail->next = m; else q->head = m;
+	q->tail = m;
+	return ret;
+}
+
+// ACK handler (initiator): header u64 seq, u64 status; appended to q->acks.
+static ucs_status_t hmc_on_ack(void *arg, const void *header, size_t hlen, void *data, size_t len,
+                               const ucp_am_recv_param_t *p) {
+	hmc_amq *q = arg;
+	if (hlen != 16) return UCS_OK;
+	if (q->nacks + 2 > q->cap) {
+		size_t cap = q->cap ? 2 * q->cap : 64;
+		uint64_t *a = realloc(q->acks, cap * sizeof *a);
+		if (a == NULL) return UCS_OK;
+		q->acks = a;
+		q->cap = cap;
+	}
+	memcpy(&q->acks[q->nacks], header, 16);
+	q->nacks += 2;
+	return UCS_OK;
+}
+
+// Sets w's PUTV and ACK handlers, their queues in q, and q->max_header.
+ucs_status_t hmc_am_init(ucp_worker_h w, hmc_amq *q) {
+	ucp_worker_attr_t a;
+	memset(&a, 0, sizeof a);
+	a.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+	ucs_status_t st = ucp_worker_query(w, &a);
+	if (st != UCS_OK) return st;
+	q->max_header = a.max_am_header;
+	ucp_am_handler_param_t h;
+	memset(&h, 0, sizeof h);
+	h.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+	               UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+	h.flags = UCP_AM_FLAG_WHOLE_MSG;
+	h.arg = q;
+	h.id = HMC_AM_PUTV;
+	h.cb = hmc_on_putv;
+	if ((st = ucp_worker_set_am_recv_handler(w, &h)) != UCS_OK) return st;
+	h.id = HMC_AM_ACK;
+	h.cb = hmc_on_ack;
+	return ucp_worker_set_am_recv_handler(w, &h);
+}
+
+hmc_amrx *hmc_am_pop(hmc_amq *q) {
+	hmc_amrx *m = q->head;
+	if (m) {
+		q->head = m->next;
+		if (!q->head) q->tail = NULL;
+		m->next = NULL;
+	}
+	return m;
+}
+
+// Sends m's ACK on ep; its header lives in m until the request completes (then hmc_am_free).
+void *hmc_am_ack(ucp_ep_h ep, hmc_amrx *m, uint64_t seq, uint64_t status, ucs_status_t *st) {
+	m->ack[0] = seq;
+	m->ack[1] = status;
+	ucp_request_param_t p;
+	memset(&p, 0, sizeof p);
+	ucs_status_ptr_t r = ucp_am_send_nbx(ep, HMC_AM_ACK, m->ack, 16, NULL, 0, &p);
+	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
+	*st = UCS_OK;
+	return r;
+}
+
+void hmc_am_free(ucp_worker_h w, hmc_amrx *m) {
+	if (m->release) ucp_am_data_release(w, m->data);
+	else free(m->data);
+	free(m);
+}
+
+// Frees every queued PUTV and ACK (the worker is going away).
+void hmc_am_drop(ucp_worker_h w, hmc_amq *q) {
+	for (hmc_amrx *m; (m = hmc_am_pop(q)) != NULL;) hmc_am_free(w, m);
+	free(q->acks);
+	q->acks = NULL;
+	q->nacks = q->cap = 0;
+}
+
+// Posts one PUTV: hdr (hlen bytes, followed in its allocation by room for n ucp_dt_iov_t) and
+// the n pieces bufs[i] of lens[i] bytes, eagerly, asking for a reply endpoint at the target.
+// hdr's allocation and the pieces must live until the request completes.
+void *hmc_post_am(uintptr_t ep, uintptr_t hdr, size_t hlen, const uintptr_t *bufs, const size_t *lens, size_t n, ucs_status_t *st) {
+	ucp_dt_iov_t *iov = (ucp_dt_iov_t *)((char *)hdr + hlen);
+	for (size_t i = 0; i < n; i++) {
+		iov[i].buffer = (void *)bufs[i];
+		iov[i].length = lens[i];
+	}
+	ucp_request_param_t p;
+	memset(&p, 0, sizeof p);
+	p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_FLAGS;
+	p.datatype = ucp_dt_make_iov();
+	p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+	ucs_status_ptr_t r = ucp_am_send_nbx((ucp_ep_h)ep, HMC_AM_PUTV, (void *)hdr, hlen, iov, n, &p);
+	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
+	*st = UCS_OK;
+	return r;
+}
+
+// Whether ep has no RMA lane but tcp ones, where UCX 1.13 emulates each put with messages: its
+// rma_bw lanes are all tcp ("lane[i]: k:tcp/dev ... rma_bw#j"), or it has none and UCP moves
+// RMA over its active-message lanes (as with peer failure handling over tcp).
+int hmc_ep_rma_emulated(ucp_ep_h ep) {
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (f == NULL) return 0;
+	ucp_ep_print_info(ep, f);
+	fclose(f);
+	int lanes = 0, native = 0;
+	char *save = NULL;
+	for (char *line = strtok_r(buf, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+		char *l = strstr(line, "lane[");
+		if (l == NULL) continue;
+		lanes++;
+		if (strstr(line, "rma_bw") == NULL) continue;
+		char *c = strchr(l, ':'); // "lane[0]:  0:tcp/lo.0 ..."
+		if (c != NULL) c = strchr(c + 1, ':');
+		if (c == NULL || strncmp(c + 1, "tcp/", 4) != 0) native++;
+	}
+	free(buf);
+	return lanes > 0 && native == 0;
 }

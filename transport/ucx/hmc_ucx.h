@@ -30,4 +30,37 @@ int hmc_poll(ucp_worker_h w, const uintptr_t *reqs, ucs_status_t *st, int n);
 char *hmc_resources(ucs_status_t *st);
 void *hmc_atomic(ucp_ep_h ep, int op, uint64_t *io, uint64_t raddr, ucp_rkey_h rkey, ucs_status_t *st);
 
+// Vector puts as active messages (bootstrap version 3, docs/wire/ucx.md): PUTV carries a table
+// of pieces in its header and their bytes as its data; the target answers each with an ACK.
+enum { HMC_AM_PUTV = 0x48, HMC_AM_ACK = 0x49 };
+
+// A PUTV the target received, queued by its handler for the Go side: the header copied, the
+// data held (release: UCX's, given back with ucp_am_data_release; else malloc'd here).
+typedef struct hmc_amrx {
+	struct hmc_amrx *next;
+	ucp_ep_h reply_ep;
+	void *data;
+	size_t len;
+	int release;
+	uint64_t ack[2]; // the ACK's header, live until its send completes
+	size_t hlen;
+	char *hdr; // hlen bytes, in the same allocation
+} hmc_amrx;
+
+// A worker's queues: PUTVs received (head..tail) and ACKs received (acks: seq, status pairs).
+typedef struct {
+	hmc_amrx *head, *tail;
+	uint64_t *acks;
+	size_t nacks, cap;
+	size_t max_header; // the worker's largest AM header
+} hmc_amq;
+
+ucs_status_t hmc_am_init(ucp_worker_h w, hmc_amq *q);
+hmc_amrx *hmc_am_pop(hmc_amq *q);
+void *hmc_am_ack(ucp_ep_h ep, hmc_amrx *m, uint64_t seq, uint64_t status, ucs_status_t *st);
+void hmc_am_free(ucp_worker_h w, hmc_amrx *m);
+void hmc_am_drop(ucp_worker_h w, hmc_amq *q);
+void *hmc_post_am(uintptr_t ep, uintptr_t hdr, size_t hlen, const uintptr_t *bufs, const size_t *lens, size_t n, ucs_status_t *st);
+int hmc_ep_rma_emulated(ucp_ep_h ep);
+
 #endif

@@ -46,12 +46,13 @@ type srvRegion struct {
 
 // srvLink is one initiator's bootstrap link.
 type srvLink struct {
-	c    net.Conn
-	peer uint32                       // the initiator's rank (its hello's): regions are resolved for it
-	wmu  sync.Mutex                   // one message at a time
-	mu   sync.Mutex                   // guards acks
-	acks map[buffer.Key]chan struct{} // revokes waiting for the peer's REVOKED
-	gone chan struct{}                // closed when the link ends
+	c      net.Conn
+	peer   uint32                       // the initiator's rank (its hello's): regions are resolved for it
+	wmu    sync.Mutex                   // one message at a time
+	mu     sync.Mutex                   // guards acks
+	acks   map[buffer.Key]chan struct{} // revokes waiting for the peer's REVOKED
+	gone   chan struct{}                // closed when the link ends
+	grants *amGrants                    // version 3: what its PUTVs may write (am.go); nil before
 }
 
 func newSrvRegions(s *server, t *buffer.Table) *srvRegions {
@@ -163,6 +164,9 @@ func (r *srvRegions) mapFor(l *srvLink, reg *buffer.Region) ([]byte, uint8) {
 		r.mapped[reg.Key()] = sr
 	}
 	sr.resolvers[l] = struct{}{}
+	if l.grants != nil && reg.Bytes() != nil { // device memory is never written from a PUTV
+		l.grants.grant(amSpan{key: reg.Key(), addr: reg.Addr(), mem: reg.Bytes()})
+	}
 	return sr.rkey, lsOK
 }
 
@@ -189,6 +193,11 @@ func (r *srvRegions) fence(ctx context.Context, reg *buffer.Region) error {
 		// A peer that neither acknowledged nor left may still write: keep the registration
 		// (and the memory reachable) rather than undo it under that peer's feet.
 		return ferr
+	}
+	for l := range sr.resolvers { // no PUTV reaches it from here on (one copying now holds the worker, as unregister needs it)
+		if l.grants != nil {
+			l.grants.revoke(reg.Key())
+		}
 	}
 	sr.unregister()
 	return nil

@@ -451,6 +451,18 @@ func (e *endpoint) vec(ctx context.Context, put bool, bufs [][]byte, rem []trans
 	if err := e.refusedLocked(target{}); err != nil {
 		return transport.Failed(err), nil
 	}
+	if put && e.amVec && len(addrs) > 1 {
+		return e.vecAM(addrs, lens, raddrs, rkeys, regs), nil
+	}
+	op := e.newOp(1)
+	e.postVecLocked(put, addrs, lens, raddrs, rkeys, regs, op)
+	return op, nil
+}
+
+// postVecLocked posts the pieces as puts (put) or gets and one flush after them, which finishes
+// a part of op when every piece is complete (or the first failure). Caller holds pmu.
+func (e *endpoint) postVecLocked(put bool, addrs []C.uintptr_t, lens []C.size_t, raddrs []C.uint64_t, rkeys []C.uintptr_t, regs []*peerRegion, op *transport.Op) {
+	w := e.w
 	res := w.posted
 	C.hmc_post_vec(handle(unsafe.Pointer(w.w)), handle(unsafe.Pointer(e.ep)), cbool(put), C.int(len(addrs)),
 		&addrs[0], &lens[0], &raddrs[0], &rkeys[0], handle(unsafe.Pointer(res)))
@@ -465,7 +477,6 @@ func (e *endpoint) vec(ctx context.Context, put bool, bufs [][]byte, rem []trans
 	freq, fst := res.freq, res.fst
 	ops := e.batch // the flush covers the puts batched before it too
 	e.batch = nil
-	op := e.newOp(1)
 	switch {
 	case fst != C.UCS_OK:
 		err := ucsErr("flush", fst)
@@ -491,7 +502,6 @@ func (e *endpoint) vec(ctx context.Context, put bool, bufs [][]byte, rem []trans
 		}})
 		w.signalLocked()
 	}
-	return op, nil
 }
 
 var _ transport.VectorRMA = (*endpoint)(nil)

@@ -31,6 +31,7 @@ type server struct {
 	memh       C.ucp_mem_h
 	unregister func() // undoes the registration of region
 	region     []byte
+	cfgRegion  *buffer.ConnBuffer // region's buffer (Bytes nil: device memory)
 	rkey       []byte
 	rank       uint32
 	accept     func(transport.PeerInfo)
@@ -62,7 +63,7 @@ func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error)
 		_ = l.Close()
 		return nil, err
 	}
-	s := &server{t: t, w: w, region: region, rank: cfg.Rank, accept: cfg.OnAccept, l: l}
+	s := &server{t: t, w: w, region: region, cfgRegion: cfg.Region, rank: cfg.Rank, accept: cfg.OnAccept, l: l}
 	if s.memh, s.unregister, err = w.register(region); err != nil {
 		_ = l.Close()
 		t.release()
@@ -108,14 +109,26 @@ func (s *server) serve(c net.Conn) {
 		ip, _, _ := net.SplitHostPort(c.RemoteAddr().String())
 		s.accept(transport.PeerInfo{Rank: h.rank, IP: ip, ListenPort: int(h.listenPort)})
 	}
-	wel := welcome{version: h.version, rank: s.rank, regionAddr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(s.region)))),
-		regionSize: uint64(len(s.region)), rkey: s.rkey, workerAddr: s.w.addr}
+	base := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(s.region))))
+	wel := welcome{version: h.version, rank: s.rank, regionAddr: base, regionSize: uint64(len(s.region)), rkey: s.rkey, workerAddr: s.w.addr}
+	l := &srvLink{c: c, peer: h.rank, acks: make(map[buffer.Key]chan struct{}), gone: make(chan struct{})}
+	if h.version >= 3 {
+		// PUTVs of this link may write the server's region and the regions it resolves (am.go),
+		// from the welcome until the link ends.
+		l.grants = &amGrants{}
+		if s.cfgRegion.Bytes() != nil {
+			l.grants.grant(amSpan{addr: base, mem: s.region})
+		}
+		wel.token = newToken()
+		s.w.amLinks.Store(wel.token, l.grants)
+		defer s.w.amLinks.Delete(wel.token)
+	}
 	if _, err := c.Write(wel.encode()); err != nil {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
 	if h.version >= 2 {
-		s.regions.serveLink(&srvLink{c: c, peer: h.rank, acks: make(map[buffer.Key]chan struct{}), gone: make(chan struct{})})
+		s.regions.serveLink(l)
 		return
 	}
 	_, _ = io.Copy(io.Discard, c) // until the initiator or Close ends the link

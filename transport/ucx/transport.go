@@ -10,6 +10,7 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,7 +44,11 @@ type Config struct {
 	// hands out the worker address and rkeys: a peer that cannot prove it gets neither. UCX's
 	// own traffic is neither authenticated nor encrypted by it.
 	Auth auth.Config
-	rdma bool
+	// PiecewiseVectors posts every piece of a vector put as its own put even where UCX
+	// emulates RMA over tcp, instead of PUTV active messages (am.go): for comparison.
+	// HMC_UCX_PIECEWISE=1 in the environment sets it.
+	PiecewiseVectors bool
+	rdma             bool
 }
 
 // Resource is one UCX transport on one device, as UCT lists them.
@@ -114,6 +119,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.CloseTimeout == 0 {
 		c.CloseTimeout = defaultCloseTimeout
+	}
+	if os.Getenv("HMC_UCX_PIECEWISE") == "1" {
+		c.PiecewiseVectors = true
 	}
 }
 

@@ -24,6 +24,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	transporttest.MaybeAtomicChild(func() (transport.Transport, error) { return New(Config{}) }) // UCX_TLS from the parent
+	maybeVectorTarget()
 	if os.Getenv("UCX_NET_DEVICES") == "" {
 		os.Setenv("UCX_NET_DEVICES", "lo") // tests talk over loopback only
 	}

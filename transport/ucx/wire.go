@@ -15,7 +15,7 @@ import (
 //	                              u32 addrLen, the initiator's worker address
 //	welcome (target → initiator): "HMCU" u16 version u16 flags(0) u32 rank u64 regionAddr
 //	                              u64 regionSize u32 rkeyLen, packed rkey, u32 addrLen, the
-//	                              target's worker address
+//	                              target's worker address; version 3: u64 link token (not 0)
 //
 // Lengths are capped (maxBlob) before anything is allocated.
 
@@ -23,8 +23,9 @@ const (
 	magic = "HMCU"
 	// version is the highest bootstrap version this side speaks: the initiator offers it, the
 	// target's welcome carries the highest both speak. Version 2 adds region messages on the
-	// link after the welcome.
-	version    = 2
+	// link after the welcome; version 3, vector puts as active messages (am.go), the welcome
+	// giving the link's token.
+	version    = 3
 	minVersion = 1
 	maxBlob    = 64 << 10
 	helloFixed = 20
@@ -41,6 +42,7 @@ type welcome struct {
 	rank                   uint32
 	regionAddr, regionSize uint64
 	rkey, workerAddr       []byte
+	token                  uint64 // version 3: the link's, which its PUTVs carry
 }
 
 func (h hello) encode() []byte {
@@ -65,7 +67,11 @@ func (w welcome) encode() []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(w.rkey)))
 	b = append(b, w.rkey...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(w.workerAddr)))
-	return append(b, w.workerAddr...)
+	b = append(b, w.workerAddr...)
+	if w.version >= 3 {
+		b = binary.LittleEndian.AppendUint64(b, w.token)
+	}
+	return b
 }
 
 // readHeader reads a hello's or welcome's header and returns its version: at least
@@ -160,7 +166,12 @@ func readWelcome(r io.Reader) (welcome, error) {
 	if w.rkey, err = readBlob(r, "rkey"); err != nil {
 		return w, err
 	}
-	w.workerAddr, err = readBlob(r, "worker address")
+	if w.workerAddr, err = readBlob(r, "worker address"); err != nil || w.version < 3 {
+		return w, err
+	}
+	if w.token, err = readU64(r); err == nil && w.token == 0 {
+		err = fmt.Errorf("ucx: welcome link token 0: %w", status.ErrProtocol)
+	}
 	return w, err
 }
 

@@ -15,9 +15,9 @@ func TestBootstrapRoundTrip(t *testing.T) {
 	if err != nil || got.rank != 7 || got.listenPort != 4242 || string(got.workerAddr) != "worker-address" {
 		t.Fatalf("hello %+v %v", got, err)
 	}
-	w := welcome{version: version, rank: 3, regionAddr: 0x7f0000000000, regionSize: 1 << 30, rkey: []byte{1, 2, 3}, workerAddr: []byte{9}}
+	w := welcome{version: version, rank: 3, regionAddr: 0x7f0000000000, regionSize: 1 << 30, rkey: []byte{1, 2, 3}, workerAddr: []byte{9}, token: 0xfeed}
 	gw, err := readWelcome(bytes.NewReader(w.encode()))
-	if err != nil || gw.rank != 3 || gw.regionAddr != w.regionAddr || gw.regionSize != w.regionSize ||
+	if err != nil || gw.rank != 3 || gw.regionAddr != w.regionAddr || gw.regionSize != w.regionSize || gw.token != 0xfeed ||
 		!bytes.Equal(gw.rkey, w.rkey) || !bytes.Equal(gw.workerAddr, w.workerAddr) {
 		t.Fatalf("welcome %+v %v", gw, err)
 	}
@@ -49,9 +49,17 @@ func TestBootstrapRejects(t *testing.T) {
 	if v9, err := readHello(bytes.NewReader(mut(func(b []byte) []byte { b[4] = 9; return b }))); err != nil || v9.version != version {
 		t.Errorf("a newer initiator: %+v %v", v9, err)
 	}
-	w := welcome{version: version, regionAddr: ^uint64(0) - 10, regionSize: 100, rkey: []byte{1}, workerAddr: []byte{1}}.encode()
+	w := welcome{version: version, regionAddr: ^uint64(0) - 10, regionSize: 100, rkey: []byte{1}, workerAddr: []byte{1}, token: 1}.encode()
 	if _, err := readWelcome(bytes.NewReader(w)); !errors.Is(err, status.ErrProtocol) {
 		t.Errorf("wrapping region accepted: %v", err)
+	}
+	z := welcome{version: 3, regionAddr: 1 << 40, regionSize: 100, rkey: []byte{1}, workerAddr: []byte{1}}.encode()
+	if _, err := readWelcome(bytes.NewReader(z)); !errors.Is(err, status.ErrProtocol) {
+		t.Errorf("a version-3 welcome with link token 0 accepted: %v", err)
+	}
+	old := welcome{version: 2, regionAddr: 1 << 40, regionSize: 100, rkey: []byte{1}, workerAddr: []byte{1}, token: 7}.encode()
+	if w2, err := readWelcome(bytes.NewReader(old)); err != nil || w2.token != 0 {
+		t.Errorf("a version-2 welcome: %+v %v (it has no token)", w2, err)
 	}
 }
 
@@ -84,7 +92,7 @@ func FuzzLinkMsg(f *testing.F) {
 // The welcome: reading never panics, never allocates past maxBlob, and whatever reads encodes
 // back to the bytes it came from.
 func FuzzReadWelcome(f *testing.F) {
-	f.Add(welcome{version: version, rank: 3, regionAddr: 1 << 40, regionSize: 4096, rkey: []byte{1, 2}, workerAddr: []byte{9}}.encode())
+	f.Add(welcome{version: version, rank: 3, regionAddr: 1 << 40, regionSize: 4096, rkey: []byte{1, 2}, workerAddr: []byte{9}, token: 5}.encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		w, err := readWelcome(bytes.NewReader(b))
 		if err != nil {

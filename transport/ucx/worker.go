@@ -47,6 +47,16 @@ type worker struct {
 	users    atomic.Uint64 // bumped by every post and every Transport.Progress
 	kick     chan struct{} // makes the loop progress now: a waiter about to block, or stop (capacity 1)
 	done     chan struct{}
+
+	// Vector puts as active messages (am.go); guarded by pmu but amLinks.
+	amq     *C.hmc_amq              // the handlers' queues (C memory)
+	amWaits map[uint64]*amChunkWait // PUTVs sent, by seq, until their ACK
+	amSeq   uint64                  // the last PUTV's seq
+	amLinks sync.Map                // token -> *amGrants: the links of this worker's servers
+	amDsts  [][]byte                // scratch of applyPutv
+	amBufs  []C.uintptr_t           // scratch of vecAM
+	amLens  []C.size_t              // scratch of vecAM
+	putvs   atomic.Uint64           // PUTVs applied (tests)
 }
 
 // pend is a UCX request an Op waits for.
@@ -97,6 +107,15 @@ func (w *worker) init() error {
 	w.addr = C.GoBytes(unsafe.Pointer(a), C.int(alen))
 	C.ucp_worker_release_address(w.w, a)
 	w.posted = (*C.hmc_posted)(C.calloc(1, C.size_t(unsafe.Sizeof(C.hmc_posted{}))))
+	w.amq = (*C.hmc_amq)(C.calloc(1, C.size_t(unsafe.Sizeof(C.hmc_amq{}))))
+	w.amWaits = make(map[uint64]*amChunkWait)
+	if st := C.hmc_am_init(w.w, w.amq); st != C.UCS_OK {
+		C.free(unsafe.Pointer(w.posted))
+		C.free(unsafe.Pointer(w.amq))
+		C.ucp_worker_destroy(w.w)
+		uctx.release()
+		return ucsErr("active message handlers", st)
+	}
 	return nil
 }
 
@@ -181,8 +200,10 @@ func (w *worker) loop() {
 	leak := w.abandon.Load() > 0
 	if !leak {
 		C.hmc_drain(w.w)
+		C.hmc_am_drop(w.w, w.amq)
 		C.ucp_worker_destroy(w.w)
 		C.free(unsafe.Pointer(w.posted))
+		C.free(unsafe.Pointer(w.amq))
 	}
 	w.pmu.Unlock()
 	if !leak { // an abandoned endpoint's requests may still be queued: destroying would purge them
@@ -221,10 +242,13 @@ func (w *worker) progress() bool {
 		rp, sp = &reqs[0], &sts[0]
 	}
 	active := C.hmc_poll(w.w, rp, sp, C.int(n)) != 0
-	if n == 0 {
-		return active
+	if n > 0 {
+		active = w.complete(sts) || active
 	}
-	return w.complete(sts) || active
+	if w.amq.head != nil || w.amq.nacks > 0 { // after complete: ACKs sent here add requests
+		active = w.amDrain() || active
+	}
+	return active
 }
 
 // complete finishes the pending requests whose status (sts, one per pending request, from

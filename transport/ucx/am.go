@@ -1,0 +1,390 @@
+//go:build ucx && cgo
+
+package ucx
+
+/*
+#include "hmc_ucx.h"
+*/
+import "C"
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+)
+
+// Vector puts as active messages (bootstrap version 3, docs/wire/ucx.md "Vector puts").
+//
+// Over tcp, UCX 1.13 emulates every put with a message and its answer, about 5 µs each on
+// loopback, so a KV batch of 512 scattered 4 KiB blocks posted as 512 puts moved at an eighth
+// of one contiguous put. Where every RMA lane of an endpoint is tcp (hmc_ep_rma_emulated), a
+// vector put goes instead as PUTV active messages: each carries a table of up to a chunk's
+// worth of pieces in its header and their bytes as its data (one eager message, UCX's iov
+// datatype gathering them from the caller's memory), and the target copies each piece into
+// place after checking it against the regions that initiator's link was granted, then answers
+// with an ACK. Over RDMA and shared memory, where a put is the hardware's or one copy, pieces
+// stay puts.
+
+const (
+	// amChunk is the payload of one PUTV: large enough that a message's fixed costs vanish
+	// (at 1 MiB, 512 pieces of 4 KiB moved at 0.7 of a contiguous put; at 2 MiB, 0.95), small
+	// enough that the target's assembly of the whole message stays in the caches (one 32 MiB
+	// message moved at a third).
+	amChunk = 2 << 20
+	// amPieceMax is the largest piece sent inside a PUTV; larger ones go as puts.
+	amPieceMax = 256 << 10
+	// putvFixed is a PUTV header's fixed part: u64 token, u64 seq, u32 count, u32 reserved.
+	putvFixed = 24
+	// putvPiece is one piece's entry: u64 address at the target, u64 length.
+	putvPiece = 16
+
+	ackOK      = 0 // every piece copied
+	ackRefused = 1 // a piece outside the regions granted to the link: nothing copied
+	ackBad     = 2 // a malformed message: nothing copied
+)
+
+// amSpan is memory a link may write with PUTV: a region it was given the rkey of.
+type amSpan struct {
+	key  buffer.Key
+	addr uint64
+	mem  []byte
+}
+
+// amGrants are the spans of one link, replaced whole on change (read without a lock by the
+// worker's progress).
+type amGrants struct {
+	mu    sync.Mutex // serializes changes
+	spans atomic.Pointer[[]amSpan]
+}
+
+func (g *amGrants) grant(s amSpan) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.load()
+	for _, o := range old {
+		if o.key == s.key && o.addr == s.addr {
+			return
+		}
+	}
+	n := append(append(make([]amSpan, 0, len(old)+1), old...), s)
+	g.spans.Store(&n)
+}
+
+func (g *amGrants) revoke(k buffer.Key) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.load()
+	n := make([]amSpan, 0, len(old))
+	for _, o := range old {
+		if o.key != k {
+			n = append(n, o)
+		}
+	}
+	g.spans.Store(&n)
+}
+
+func (g *amGrants) load() []amSpan {
+	if p := g.spans.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// find returns the n bytes at addr if one span holds them all.
+func (g *amGrants) find(addr, n uint64) []byte {
+	for _, s := range g.load() {
+		if addr >= s.addr && addr-s.addr <= uint64(len(s.mem)) && n <= uint64(len(s.mem))-(addr-s.addr) {
+			off := addr - s.addr
+			return s.mem[off : off+n]
+		}
+	}
+	return nil
+}
+
+// newToken returns a random link token (never 0).
+func newToken() uint64 {
+	for {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		if t := binary.LittleEndian.Uint64(b[:]); t != 0 {
+			return t
+		}
+	}
+}
+
+// amDrain applies the PUTVs and ACKs the worker's handlers queued during progress. Caller holds
+// pmu.
+func (w *worker) amDrain() bool {
+	q := w.amq
+	any := false
+	if n := int(q.nacks); n > 0 {
+		acks := unsafe.Slice((*uint64)(unsafe.Pointer(q.acks)), n)
+		for i := 0; i+1 < n; i += 2 {
+			w.acked(acks[i], acks[i+1])
+		}
+		q.nacks = 0
+		any = true
+	}
+	for m := C.hmc_am_pop(q); m != nil; m = C.hmc_am_pop(q) {
+		w.applyPutv(m)
+		any = true
+	}
+	return any
+}
+
+// applyPutv checks a received PUTV's pieces against its link's grants, copies them all or
+// none, and answers with an ACK. Caller holds pmu.
+func (w *worker) applyPutv(m *C.hmc_amrx) {
+	hdr := unsafe.Slice((*byte)(unsafe.Pointer(m.hdr)), int(m.hlen))
+	var seq uint64
+	st := uint64(ackBad)
+	if len(hdr) >= putvFixed {
+		seq = binary.LittleEndian.Uint64(hdr[8:])
+		st = w.copyPutv(hdr, unsafe.Slice((*byte)(m.data), int(m.len)))
+	}
+	var cst C.ucs_status_t
+	req := C.hmc_am_ack(m.reply_ep, m, C.uint64_t(seq), C.uint64_t(st), &cst)
+	if cst != C.UCS_OK || req == nil {
+		C.hmc_am_free(w.w, m)
+		return
+	}
+	w.add(&pend{req: req, what: "ack", after: func(C.ucs_status_t) { C.hmc_am_free(w.w, m) }})
+}
+
+// copyPutv copies a PUTV's pieces (hdr's table, data their bytes in order) if every one lies
+// in memory its link was granted, and returns the ACK's status.
+func (w *worker) copyPutv(hdr, data []byte) uint64 {
+	token := binary.LittleEndian.Uint64(hdr)
+	count := uint64(binary.LittleEndian.Uint32(hdr[16:]))
+	if binary.LittleEndian.Uint32(hdr[20:]) != 0 || count == 0 || uint64(len(hdr)) != putvFixed+count*putvPiece {
+		return ackBad
+	}
+	v, ok := w.amLinks.Load(token)
+	if !ok {
+		return ackRefused
+	}
+	g := v.(*amGrants)
+	var total uint64
+	for i := range count {
+		e := hdr[putvFixed+i*putvPiece:]
+		n := binary.LittleEndian.Uint64(e[8:])
+		if total+n < total {
+			return ackBad
+		}
+		total += n
+	}
+	if total != uint64(len(data)) {
+		return ackBad
+	}
+	dsts := w.amDsts[:0]
+	for i := range count {
+		e := hdr[putvFixed+i*putvPiece:]
+		d := g.find(binary.LittleEndian.Uint64(e), binary.LittleEndian.Uint64(e[8:]))
+		if d == nil {
+			clear(dsts)
+			w.amDsts = dsts[:0]
+			return ackRefused
+		}
+		dsts = append(dsts, d)
+	}
+	off := 0
+	for _, d := range dsts {
+		off += copy(d, data[off:])
+	}
+	clear(dsts)
+	w.amDsts = dsts[:0]
+	w.putvs.Add(1)
+	return ackOK
+}
+
+// amVec is one vector put's PUTVs in flight: its Op has a part per PUTV, finished when both
+// the PUTV's send and its ACK have completed.
+type amVec struct {
+	e    *endpoint
+	op   *transport.Op
+	regs []*peerRegion // held (inflight) until every PUTV is done
+	left int           // PUTVs not done
+}
+
+// amChunkWait is one PUTV: what of it is still to come.
+type amChunkWait struct {
+	v           *amVec
+	seq         uint64
+	sent, acked bool
+	err         error
+	cmem        unsafe.Pointer // its header and iov (C memory), freed when the send completes
+}
+
+// step records that the PUTV's send (send) or ACK completed with err, and finishes its part of
+// the Op once both did. Caller holds pmu.
+func (c *amChunkWait) step(w *worker, send bool, err error) {
+	if send {
+		c.sent = true
+		C.free(c.cmem)
+		c.cmem = nil
+		if err != nil && !c.acked { // no ACK comes for a message that was not sent
+			delete(w.amWaits, c.seq)
+			c.acked = true
+			c.v.e.inflight--
+		}
+	} else {
+		c.acked = true
+		delete(w.amWaits, c.seq)
+		c.v.e.inflight--
+	}
+	if c.err == nil {
+		c.err = err
+	}
+	if !c.sent || !c.acked {
+		return
+	}
+	c.v.op.Finish(c.err)
+	if c.v.left--; c.v.left == 0 {
+		for _, r := range c.v.regs {
+			r.inflight--
+		}
+	}
+}
+
+// acked handles an ACK. Caller holds pmu.
+func (w *worker) acked(seq, st uint64) {
+	c := w.amWaits[seq]
+	if c == nil {
+		return // its vector failed meanwhile (the endpoint failed)
+	}
+	var err error
+	switch st {
+	case ackOK:
+	case ackRefused:
+		err = fmt.Errorf("ucx: vector put: the target refused a piece outside the regions it granted this endpoint (deregistered meanwhile?): %w", status.ErrNotFound)
+	default:
+		err = fmt.Errorf("ucx: vector put: the target found the message malformed (status %d): %w", st, status.ErrProtocol)
+	}
+	c.step(w, false, err)
+}
+
+// failAMLocked fails every PUTV of e still waiting for its ACK (the endpoint failed or its
+// link ended: no ACK will come). Caller holds pmu.
+func (e *endpoint) failAMLocked(err error) {
+	for _, c := range e.w.amWaits {
+		if c.v.e == e && !c.acked {
+			c.step(e.w, false, err)
+		}
+	}
+}
+
+// vecAM posts a vector put's pieces: those of up to amPieceMax bytes as PUTVs of up to amChunk
+// bytes each, larger ones as puts with one flush. Caller holds pmu and has checked the
+// endpoint and regions.
+func (e *endpoint) vecAM(addrs []C.uintptr_t, lens []C.size_t, raddrs []C.uint64_t, rkeys []C.uintptr_t, regs []*peerRegion) *transport.Op {
+	w := e.w
+	var small, big []int // pieces sent in PUTVs, and as puts
+	for i := range lens {
+		if uint64(lens[i]) <= amPieceMax {
+			small = append(small, i)
+		} else {
+			big = append(big, i)
+		}
+	}
+	maxPieces := max(1, (int(w.amq.max_header)-putvFixed)/putvPiece) // the header limit bounds a PUTV's pieces
+	var bounds [][2]int                                              // [first, end) of each PUTV in small
+	for s := 0; s < len(small); {
+		start, pay := s, uint64(0)
+		for s < len(small) && s-start < maxPieces && (s == start || pay+uint64(lens[small[s]]) <= amChunk) {
+			pay += uint64(lens[small[s]])
+			s++
+		}
+		bounds = append(bounds, [2]int{start, s})
+	}
+	chunks := len(bounds)
+	parts := chunks
+	if len(big) > 0 {
+		parts++
+	}
+	op := e.newOp(parts)
+	if len(big) > 0 {
+		ba := make([]C.uintptr_t, len(big))
+		bl := make([]C.size_t, len(big))
+		br := make([]C.uint64_t, len(big))
+		bk := make([]C.uintptr_t, len(big))
+		for j, i := range big {
+			ba[j], bl[j], br[j], bk[j] = addrs[i], lens[i], raddrs[i], rkeys[i]
+		}
+		e.postVecLocked(true, ba, bl, br, bk, regs, op)
+	}
+	if chunks == 0 {
+		return op
+	}
+	v := &amVec{e: e, op: op, regs: regs, left: chunks}
+	for _, r := range regs {
+		r.inflight++
+	}
+	var failed error
+	for _, b := range bounds {
+		idx := small[b[0]:b[1]]
+		k := len(idx)
+		hlen := putvFixed + k*putvPiece
+		cmem := C.malloc(C.size_t(hlen + k*int(unsafe.Sizeof(C.ucp_dt_iov_t{}))))
+		ba, bl := w.amBufs[:0], w.amLens[:0]
+		hdr := unsafe.Slice((*byte)(cmem), hlen)
+		w.amSeq++
+		c := &amChunkWait{v: v, seq: w.amSeq, cmem: cmem}
+		binary.LittleEndian.PutUint64(hdr, e.token)
+		binary.LittleEndian.PutUint64(hdr[8:], c.seq)
+		binary.LittleEndian.PutUint32(hdr[16:], uint32(k))
+		binary.LittleEndian.PutUint32(hdr[20:], 0)
+		for j, i := range idx {
+			binary.LittleEndian.PutUint64(hdr[putvFixed+j*putvPiece:], uint64(raddrs[i]))
+			binary.LittleEndian.PutUint64(hdr[putvFixed+j*putvPiece+8:], uint64(lens[i]))
+			ba, bl = append(ba, addrs[i]), append(bl, lens[i])
+		}
+		w.amBufs, w.amLens = ba, bl
+		e.inflight++ // the ACK
+		w.amWaits[c.seq] = c
+		if failed != nil {
+			c.step(w, true, failed)
+			continue
+		}
+		var st C.ucs_status_t
+		req := C.hmc_post_am(handle(unsafe.Pointer(e.ep)), handle(cmem), C.size_t(hlen), &ba[0], &bl[0], C.size_t(k), &st)
+		switch {
+		case st != C.UCS_OK:
+			failed = ucsErr("vector put (active message)", st)
+			c.step(w, true, failed)
+		case req == nil:
+			c.step(w, true, nil)
+		default:
+			w.add(&pend{req: req, ep: e, what: "vector put", after: func(st C.ucs_status_t) {
+				var err error
+				if st != C.UCS_OK {
+					err = ucsErr("vector put (active message)", st)
+				}
+				c.step(w, true, err)
+			}})
+		}
+	}
+	C.ucp_worker_progress(w.w)
+	w.signalLocked()
+	return op
+}
+
+// rawPutv sends bufs to the target's raddrs as PUTVs without the initiator's own checks: what
+// a misbehaving peer could send (tests of the target's).
+func (e *endpoint) rawPutv(bufs [][]byte, raddrs []uint64) *transport.Op {
+	addrs := make([]C.uintptr_t, len(bufs))
+	lens := make([]C.size_t, len(bufs))
+	ra := make([]C.uint64_t, len(bufs))
+	for i, b := range bufs {
+		addrs[i], lens[i], ra[i] = handle(unsafe.Pointer(unsafe.SliceData(b))), C.size_t(len(b)), C.uint64_t(raddrs[i])
+	}
+	e.w.pmu.Lock()
+	defer e.w.pmu.Unlock()
+	return e.vecAM(addrs, lens, ra, make([]C.uintptr_t, len(bufs)), nil)
+}

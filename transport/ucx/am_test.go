@@ -1,0 +1,303 @@
+//go:build ucx && cgo
+
+package ucx
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/memory"
+	"github.com/hmc-go/hmc/status"
+	"github.com/hmc-go/hmc/transport"
+	"github.com/hmc-go/hmc/transport/transporttest"
+)
+
+func ctx10(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func rmaPair(t *testing.T, cfg Config) (*transporttest.RMAPair, *endpoint) {
+	t.Helper()
+	p := transporttest.Options{New: func(t testing.TB) transport.Transport {
+		tr, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}}.NewRMAPair(t)
+	return p, p.EP.(*endpoint)
+}
+
+// Over tcp a vector put of scattered blocks goes as PUTV active messages (a KV batch: 512
+// blocks of 4 KiB in two regions, plus pieces too large for a PUTV, which go as puts), and
+// lands byte for byte; over shared memory, and with PiecewiseVectors, its pieces stay puts.
+func TestVectorPutsAsActiveMessages(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		am   bool
+	}{{"tcp", Config{TLS: "tcp"}, true}, {"tcp-piecewise", Config{TLS: "tcp", PiecewiseVectors: true}, false}, {"shm", Config{TLS: "posix,cma,self"}, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			p, e := rmaPair(t, c.cfg)
+			if e.amVec != c.am {
+				t.Fatalf("vector puts as active messages: %v, want %v", e.amVec, c.am)
+			}
+			const block, blocks = 4096, 512
+			mems := [][]byte{make([]byte, 2*block*blocks), make([]byte, 2*block*blocks+(1<<20))}
+			var regs []*buffer.Region
+			for _, m := range mems {
+				r, err := p.Table.Register(m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				regs = append(regs, r)
+			}
+			src := make([]byte, block*blocks+600<<10)
+			transporttest.Fill(src, 5)
+			var srcs [][]byte
+			var dsts []transport.Remote
+			type at struct{ reg, off int }
+			var where []at
+			for i := range blocks {
+				r := i % 2
+				off := 2 * block * (blocks - 1 - i) // backwards, a hole after each
+				srcs = append(srcs, src[i*block:(i+1)*block])
+				dsts = append(dsts, transport.Remote{Key: regs[r].Key(), Addr: uint64(off)})
+				where = append(where, at{r, off})
+			}
+			big := src[block*blocks:] // 600 KiB: a put of its own
+			srcs, dsts = append(srcs, big), append(dsts, transport.Remote{Addr: regs[1].Addr() + 2*block*blocks})
+			where = append(where, at{1, 2 * block * blocks})
+			w := e.w
+			before := w.putvs.Load()
+			ctx := ctx10(t)
+			op, err := e.WriteVAsync(ctx, srcs, dsts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := op.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for i, a := range where {
+				if !bytes.Equal(mems[a.reg][a.off:a.off+len(srcs[i])], srcs[i]) {
+					t.Fatalf("piece %d (%d bytes at %d in region %d) differs", i, len(srcs[i]), a.off, a.reg)
+				}
+			}
+			if n := w.putvs.Load() - before; (n > 0) != c.am {
+				t.Fatalf("%d PUTVs applied, want them: %v", n, c.am)
+			}
+		})
+	}
+}
+
+// The target copies a PUTV only into memory the sender's link was granted: an address outside
+// every region it resolved, a token not its own, or a region deregistered since are refused
+// whole (ErrNotFound), and the memory keeps its bytes.
+func TestPutvRefusesWhatWasNotGranted(t *testing.T) {
+	p, e := rmaPair(t, Config{TLS: "tcp"})
+	if !e.amVec {
+		t.Fatal("tcp endpoint does not send PUTVs")
+	}
+	ctx := ctx10(t)
+	mem := make([]byte, 1<<16)
+	reg, err := p.Table.Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(raddr uint64) error { // two pieces, the second at raddr, forged past the initiator's checks
+		t.Helper()
+		rt, err := e.targetOf(ctx, transport.Remote{Key: reg.Key()}, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		op := e.rawPutv([][]byte{[]byte("granted!"), []byte("forged!!")}, []uint64{rt.addr, raddr})
+		return op.Wait(ctx)
+	}
+	secret := make([]byte, 4096) // this process's memory, never registered
+	if err := put(uint64(uintptr(unsafe.Pointer(&secret[0])))); !errors.Is(err, status.ErrNotFound) {
+		t.Fatalf("a piece outside the granted regions: %v, want ErrNotFound", err)
+	}
+	if !bytes.Equal(secret, make([]byte, 4096)) || !bytes.Equal(mem[:8], make([]byte, 8)) {
+		t.Fatal("a refused PUTV wrote memory")
+	}
+	token := e.token
+	e.token ^= 0x5a5a
+	if err := put(reg.Addr() + 64); !errors.Is(err, status.ErrNotFound) {
+		t.Fatalf("another link's token: %v, want ErrNotFound", err)
+	}
+	e.token = token
+	if err := put(reg.Addr() + 64); err != nil || string(mem[64:72]) != "forged!!" {
+		t.Fatalf("a PUTV into the granted region: %v, %q", err, mem[64:72])
+	}
+	other := make([]byte, 4096)
+	oreg, err := p.Table.Register(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.targetOf(ctx, transport.Remote{Key: oreg.Key()}, 8); err != nil { // granted now
+		t.Fatal(err)
+	}
+	addr := oreg.Addr()
+	if err := p.Table.Deregister(ctx, oreg); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(addr); !errors.Is(err, status.ErrNotFound) || !bytes.Equal(other, make([]byte, 4096)) {
+		t.Fatalf("a PUTV into a region deregistered since: %v", err)
+	}
+	_ = reg
+}
+
+// vectorTargetEnv makes this test binary a vector target (maybeVectorTarget): it serves a
+// registered 8 MiB region over UCX's tcp, prints "READY addr key", and lives until killed.
+const vectorTargetEnv = "HMC_UCX_TEST_VECTOR_TARGET"
+
+func maybeVectorTarget() {
+	if os.Getenv(vectorTargetEnv) == "" {
+		return
+	}
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "vector target:", err)
+		os.Exit(1)
+	}
+	tr, err := New(Config{TLS: "tcp"})
+	if err != nil {
+		fail(err)
+	}
+	def, err := buffer.New(0, 4096, memory.CPU)
+	if err != nil {
+		fail(err)
+	}
+	table := buffer.NewTable()
+	mem := make([]byte, 8<<20)
+	reg, err := table.Register(mem)
+	if err != nil {
+		fail(err)
+	}
+	srv, err := tr.Listen(transport.ServerConfig{BindAddr: "127.0.0.1:0", Region: def, Regions: table})
+	if err != nil {
+		fail(err)
+	}
+	fmt.Printf("READY %s %d\n", srv.Addr(), reg.Key())
+	select {}
+}
+
+// Two processes: a vector put of 512 scattered 4 KiB blocks goes as PUTVs to a target in
+// another process and reads back byte for byte (its gets go piece by piece); once the target is
+// killed (SIGKILL), a vector put fails with a typed error instead of waiting for an ACK that
+// never comes.
+func TestVectorPutTwoProcesses(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), vectorTargetEnv+"=1", "UCX_TLS=tcp")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var addr string
+	var key buffer.Key
+	if _, err := fmt.Fscanf(bufio.NewReader(out), "READY %s %d\n", &addr, &key); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := New(Config{TLS: "tcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := buffer.New(0, 4096, memory.CPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { local.Close() })
+	ctx := ctx10(t)
+	ep, err := tr.Dial(ctx, transport.DialConfig{Addr: addr, Local: local, Rank: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ep.Close() })
+	e := ep.(*endpoint)
+	if !e.amVec {
+		t.Fatal("the tcp endpoint does not send PUTVs")
+	}
+	const block, blocks = 4096, 512
+	src := make([]byte, block*blocks)
+	transporttest.Fill(src, 77)
+	var srcs, back [][]byte
+	var dsts []transport.Remote
+	for i := range blocks {
+		srcs = append(srcs, src[i*block:(i+1)*block])
+		back = append(back, make([]byte, block))
+		dsts = append(dsts, transport.Remote{Key: key, Addr: uint64(2 * block * (i ^ 1))})
+	}
+	op, err := e.WriteVAsync(ctx, srcs, dsts)
+	if err == nil {
+		err = op.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op, err = e.ReadVAsync(ctx, back, dsts); err == nil {
+		err = op.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range back {
+		if !bytes.Equal(back[i], srcs[i]) {
+			t.Fatalf("block %d read back differs", i)
+		}
+	}
+	// Killed with PUTVs in flight: their Op ends (done before the kill, or failed typed) well
+	// before the context's deadline.
+	var many [][]byte
+	var far []transport.Remote
+	for r := range 8 {
+		for i := range blocks {
+			many = append(many, srcs[i])
+			far = append(far, transport.Remote{Key: key, Addr: uint64(r*block + 2*block*(i^1))})
+		}
+	}
+	inflight, err := e.WriteVAsync(ctx, many, far)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	start := time.Now()
+	if err := inflight.Wait(ctx); err != nil && (status.CodeOf(err) == status.Success || errors.Is(err, context.DeadlineExceeded)) {
+		t.Fatalf("PUTVs in flight at the kill: %v", err)
+	} else {
+		t.Logf("PUTVs in flight at the kill: %v after %v", err, time.Since(start).Round(time.Millisecond))
+	}
+	for i := 0; ; i++ { // until the endpoint learns the target is gone
+		op, err := e.WriteVAsync(ctx, srcs, dsts)
+		if err == nil {
+			err = op.Wait(ctx)
+		}
+		if err != nil {
+			if status.CodeOf(err) == status.Success || errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("vector put to a killed target: %v (untyped, or timed out)", err)
+			}
+			t.Logf("vector put %d after the kill: %v (%v)", i, err, time.Since(start).Round(time.Millisecond))
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("vector puts to a killed target kept succeeding for 5 s")
+		}
+	}
+}
