@@ -34,19 +34,24 @@ func TestPieceCopySizes(t *testing.T) {
 
 // BenchmarkPieceCopies copies 512 discrete pieces (each at twice its size from the last, as a
 // KV batch's blocks, so that a batch of 128 KiB pieces is far larger than the caches) with Go's
-// copy, glibc's memcpy and `rep movsb`, from sizes that stay in the caches to 128 KiB.
+// copy, glibc's memcpy and `rep movsb`, from sizes that stay in the caches to 128 KiB; and, as
+// their ceiling, the same bytes as one `rep movsb` (whole): what a piece costs beyond its bytes.
 func BenchmarkPieceCopies(b *testing.B) {
 	mc := libcMemcpy()
 	for _, s := range []int{4 << 10, 8 << 10, 16 << 10, 128 << 10} {
 		const n = 512
 		src, dst := make([]byte, 2*n*s), make([]byte, 2*n*s)
-		for _, how := range []string{"go", "libc", "movsb"} {
-			if (how == "libc" && mc == nil) || (how == "movsb" && !haveMovsb) {
+		for _, how := range []string{"go", "libc", "movsb", "whole"} {
+			if (how == "libc" && mc == nil) || ((how == "movsb" || how == "whole") && !haveMovsb) {
 				continue
 			}
 			b.Run(fmt.Sprintf("%dK/%s", s>>10, how), func(b *testing.B) {
 				b.SetBytes(int64(n * s))
 				for b.Loop() {
+					if how == "whole" {
+						movsb(unsafe.Pointer(&dst[0]), unsafe.Pointer(&src[0]), uintptr(n*s))
+						continue
+					}
 					for i := range n {
 						d, c := unsafe.Pointer(&dst[2*s*i]), unsafe.Pointer(&src[2*s*i])
 						switch how {

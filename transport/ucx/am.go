@@ -204,19 +204,28 @@ func (w *worker) copyPutv(hdr, data []byte) uint64 {
 	return ackOK
 }
 
-// amVec is one vector put's PUTVs in flight: its Op has a part per PUTV, finished when both
-// the PUTV's send and its ACK have completed.
+// amVec is one vector put's PUTVs: its Op has a part per PUTV, finished when both the PUTV's
+// send and its ACK have completed. At most amWindow are in flight; the rest wait in queue.
 type amVec struct {
-	e    *endpoint
-	op   *transport.Op
-	regs []*peerRegion // held (inflight) until every PUTV is done
-	left int           // PUTVs not done
+	e        *endpoint
+	op       *transport.Op
+	regs     []*peerRegion  // held (inflight) until every PUTV is done
+	left     int            // PUTVs not done
+	queue    []*amChunkWait // built, not sent yet
+	inFlight int            // sent and not done
+	failed   error          // the first failure: queued PUTVs fail with it unsent
+	sending  bool           // sendNext is running (a failure inside it must not re-enter)
 }
+
+// amWindow bounds a vector's PUTVs in flight: the target assembles each whole before it copies
+// it out, and 16 messages of 2 MiB at once (a 32 MiB batch) no longer fit the caches.
+const amWindow = 4
 
 // amChunkWait is one PUTV: what of it is still to come.
 type amChunkWait struct {
 	v           *amVec
 	seq         uint64
+	hlen, k     int // header bytes, pieces
 	sent, acked bool
 	err         error
 	cmem        unsafe.Pointer // its header and iov (C memory), freed when the send completes
@@ -225,6 +234,7 @@ type amChunkWait struct {
 // step records that the PUTV's send (send) or ACK completed with err, and finishes its part of
 // the Op once both did. Caller holds pmu.
 func (c *amChunkWait) step(w *worker, send bool, err error) {
+	v := c.v
 	if send {
 		c.sent = true
 		C.free(c.cmem)
@@ -232,23 +242,63 @@ func (c *amChunkWait) step(w *worker, send bool, err error) {
 		if err != nil && !c.acked { // no ACK comes for a message that was not sent
 			delete(w.amWaits, c.seq)
 			c.acked = true
-			c.v.e.inflight--
+			v.e.inflight--
 		}
 	} else {
 		c.acked = true
 		delete(w.amWaits, c.seq)
-		c.v.e.inflight--
+		v.e.inflight--
 	}
 	if c.err == nil {
 		c.err = err
 	}
+	if err != nil && v.failed == nil {
+		v.failed = err
+	}
 	if !c.sent || !c.acked {
 		return
 	}
-	c.v.op.Finish(c.err)
-	if c.v.left--; c.v.left == 0 {
-		for _, r := range c.v.regs {
+	v.op.Finish(c.err)
+	if v.left--; v.left == 0 {
+		for _, r := range v.regs {
 			r.inflight--
+		}
+	}
+	v.inFlight--
+	v.sendNext(w)
+}
+
+// sendNext sends queued PUTVs while fewer than amWindow are in flight, or fails them all once
+// the vector failed. Caller holds pmu.
+func (v *amVec) sendNext(w *worker) {
+	if v.sending {
+		return
+	}
+	v.sending = true
+	defer func() { v.sending = false }()
+	for len(v.queue) > 0 && (v.inFlight < amWindow || v.failed != nil) {
+		c := v.queue[0]
+		v.queue = v.queue[1:]
+		v.inFlight++
+		if v.failed != nil {
+			c.step(w, true, v.failed)
+			continue
+		}
+		var st C.ucs_status_t
+		req := C.hmc_post_am(handle(unsafe.Pointer(v.e.ep)), handle(c.cmem), C.size_t(c.hlen), C.size_t(c.k), &st)
+		switch {
+		case st != C.UCS_OK:
+			c.step(w, true, ucsErr("vector put (active message)", st))
+		case req == nil:
+			c.step(w, true, nil)
+		default:
+			w.add(&pend{req: req, ep: v.e, what: "vector put", after: func(st C.ucs_status_t) {
+				var err error
+				if st != C.UCS_OK {
+					err = ucsErr("vector put (active message)", st)
+				}
+				c.step(w, true, err)
+			}})
 		}
 	}
 }
@@ -270,12 +320,16 @@ func (w *worker) acked(seq, st uint64) {
 	c.step(w, false, err)
 }
 
-// failAMLocked fails every PUTV of e still waiting for its ACK (the endpoint failed or its
-// link ended: no ACK will come). Caller holds pmu.
+// failAMLocked fails every PUTV of e still waiting for its ACK, and those not sent yet (the
+// endpoint failed or its link ended: no ACK will come). Caller holds pmu.
 func (e *endpoint) failAMLocked(err error) {
 	for _, c := range e.w.amWaits {
 		if c.v.e == e && !c.acked {
+			if c.v.failed == nil {
+				c.v.failed = err
+			}
 			c.step(e.w, false, err)
+			c.v.sendNext(e.w)
 		}
 	}
 }
@@ -322,54 +376,35 @@ func (e *endpoint) vecAM(addrs []C.uintptr_t, lens []C.size_t, raddrs []C.uint64
 	if chunks == 0 {
 		return op
 	}
-	v := &amVec{e: e, op: op, regs: regs, left: chunks}
+	v := &amVec{e: e, op: op, regs: regs, left: chunks, queue: make([]*amChunkWait, 0, chunks)}
 	for _, r := range regs {
 		r.inflight++
 	}
-	var failed error
 	for _, b := range bounds {
 		idx := small[b[0]:b[1]]
 		k := len(idx)
 		hlen := putvFixed + k*putvPiece
-		cmem := C.malloc(C.size_t(hlen + k*int(unsafe.Sizeof(C.ucp_dt_iov_t{}))))
-		ba, bl := w.amBufs[:0], w.amLens[:0]
-		hdr := unsafe.Slice((*byte)(cmem), hlen)
+		cmem := C.malloc(C.size_t(hlen + k*putvPiece)) // the header, then k ucp_dt_iov_t
 		w.amSeq++
-		c := &amChunkWait{v: v, seq: w.amSeq, cmem: cmem}
-		binary.LittleEndian.PutUint64(hdr, e.token)
-		binary.LittleEndian.PutUint64(hdr[8:], c.seq)
-		binary.LittleEndian.PutUint32(hdr[16:], uint32(k))
-		binary.LittleEndian.PutUint32(hdr[20:], 0)
+		c := &amChunkWait{v: v, seq: w.amSeq, hlen: hlen, k: k, cmem: cmem}
+		buf := unsafe.Slice((*byte)(cmem), hlen+k*putvPiece)
+		binary.LittleEndian.PutUint64(buf, e.token)
+		binary.LittleEndian.PutUint64(buf[8:], c.seq)
+		binary.LittleEndian.PutUint32(buf[16:], uint32(k))
+		binary.LittleEndian.PutUint32(buf[20:], 0)
 		for j, i := range idx {
-			binary.LittleEndian.PutUint64(hdr[putvFixed+j*putvPiece:], uint64(raddrs[i]))
-			binary.LittleEndian.PutUint64(hdr[putvFixed+j*putvPiece+8:], uint64(lens[i]))
-			ba, bl = append(ba, addrs[i]), append(bl, lens[i])
+			binary.LittleEndian.PutUint64(buf[putvFixed+j*putvPiece:], uint64(raddrs[i]))
+			binary.LittleEndian.PutUint64(buf[putvFixed+j*putvPiece+8:], uint64(lens[i]))
+			// The iov entry: the piece's address (the caller's memory, live until the Op
+			// completes) and length, as the C struct lays them out on this 64-bit ABI.
+			binary.NativeEndian.PutUint64(buf[hlen+j*putvPiece:], uint64(addrs[i]))
+			binary.NativeEndian.PutUint64(buf[hlen+j*putvPiece+8:], uint64(lens[i]))
 		}
-		w.amBufs, w.amLens = ba, bl
 		e.inflight++ // the ACK
 		w.amWaits[c.seq] = c
-		if failed != nil {
-			c.step(w, true, failed)
-			continue
-		}
-		var st C.ucs_status_t
-		req := C.hmc_post_am(handle(unsafe.Pointer(e.ep)), handle(cmem), C.size_t(hlen), &ba[0], &bl[0], C.size_t(k), &st)
-		switch {
-		case st != C.UCS_OK:
-			failed = ucsErr("vector put (active message)", st)
-			c.step(w, true, failed)
-		case req == nil:
-			c.step(w, true, nil)
-		default:
-			w.add(&pend{req: req, ep: e, what: "vector put", after: func(st C.ucs_status_t) {
-				var err error
-				if st != C.UCS_OK {
-					err = ucsErr("vector put (active message)", st)
-				}
-				c.step(w, true, err)
-			}})
-		}
+		v.queue = append(v.queue, c)
 	}
+	v.sendNext(w)
 	C.ucp_worker_progress(w.w)
 	w.signalLocked()
 	return op

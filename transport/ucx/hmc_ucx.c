@@ -360,15 +360,12 @@ void hmc_am_drop(ucp_worker_h w, hmc_amq *q) {
 	q->nacks = q->cap = 0;
 }
 
-// Posts one PUTV: hdr (hlen bytes, followed in its allocation by room for n ucp_dt_iov_t) and
-// the n pieces bufs[i] of lens[i] bytes, eagerly, asking for a reply endpoint at the target.
-// hdr's allocation and the pieces must live until the request completes.
-void *hmc_post_am(uintptr_t ep, uintptr_t hdr, size_t hlen, const uintptr_t *bufs, const size_t *lens, size_t n, ucs_status_t *st) {
+// Posts one PUTV: hdr (hlen bytes, followed in its allocation by the n ucp_dt_iov_t of its
+// pieces), eagerly, asking for a reply endpoint at the target. hdr's allocation and the pieces
+// must live until the request completes.
+_Static_assert(sizeof(ucp_dt_iov_t) == 16, "ucp_dt_iov_t is a pointer and a size_t (am.go writes them)");
+void *hmc_post_am(uintptr_t ep, uintptr_t hdr, size_t hlen, size_t n, ucs_status_t *st) {
 	ucp_dt_iov_t *iov = (ucp_dt_iov_t *)((char *)hdr + hlen);
-	for (size_t i = 0; i < n; i++) {
-		iov[i].buffer = (void *)bufs[i];
-		iov[i].length = lens[i];
-	}
 	ucp_request_param_t p;
 	memset(&p, 0, sizeof p);
 	p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_FLAGS;

@@ -60,7 +60,7 @@ hmc_amrx *hmc_am_pop(hmc_amq *q);
 void *hmc_am_ack(ucp_ep_h ep, hmc_amrx *m, uint64_t seq, uint64_t status, ucs_status_t *st);
 void hmc_am_free(ucp_worker_h w, hmc_amrx *m);
 void hmc_am_drop(ucp_worker_h w, hmc_amq *q);
-void *hmc_post_am(uintptr_t ep, uintptr_t hdr, size_t hlen, const uintptr_t *bufs, const size_t *lens, size_t n, ucs_status_t *st);
+void *hmc_post_am(uintptr_t ep, uintptr_t hdr, size_t hlen, size_t n, ucs_status_t *st);
 int hmc_ep_rma_emulated(ucp_ep_h ep);
 
 #endif

@@ -54,8 +54,6 @@ type worker struct {
 	amSeq   uint64                  // the last PUTV's seq
 	amLinks sync.Map                // token -> *amGrants: the links of this worker's servers
 	amDsts  [][]byte                // scratch of applyPutv
-	amBufs  []C.uintptr_t           // scratch of vecAM
-	amLens  []C.size_t              // scratch of vecAM
 	putvs   atomic.Uint64           // PUTVs applied (tests)
 }
 
