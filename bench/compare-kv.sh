@@ -7,7 +7,8 @@
 # gives its ratio to a put of the batch's own total (2, 8 and 32 MiB): the 4 MiB put's source and
 # destination stay in a 32 MiB L3, a 32 MiB batch's do not. Where UCX is installed, the same
 # scattered batches over UCX's tcp transport (-tags ucx) against their own contiguous transfer,
-# as PUTV active messages (the default there) and as one put per piece (HMC_UCX_PIECEWISE=1).
+# as PUTV / GETV active messages (the default there) and as one put or get per piece
+# (HMC_UCX_PIECEWISE=1), writes and reads.
 # Usage: bench/compare-kv.sh [repeats] [busy]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,11 +35,13 @@ for i in $(seq "$R"); do
     done
   done
   if $ucx; then
-    for pw in 0 1; do
-      out=$(HMC_UCX_PIECEWISE=$pw UCX_TLS=tcp UCX_NET_DEVICES=lo "$tmp/hmcucx" trans bench --protocol ucx --threads 1 --batch-size 512 --block-size 4KiB,16KiB,64KiB --duration 2s --json)
-      for s in 4096 16384 65536; do
-        v[ucx${pw}_$s]+="$(echo "$out" | field write $s gbps) "
-        v[ucxr${pw}_$s]+="$(echo "$out" | field write $s ratio) "
+    for op in write read; do
+      for pw in 0 1; do
+        out=$(HMC_UCX_PIECEWISE=$pw UCX_TLS=tcp UCX_NET_DEVICES=lo "$tmp/hmcucx" trans bench --protocol ucx --operation $op --threads 1 --batch-size 512 --block-size 4KiB,16KiB,64KiB --duration 2s --json)
+        for s in 4096 16384 65536; do
+          v[ucx${op}${pw}_$s]+="$(echo "$out" | field $op $s gbps) "
+          v[ucxr${op}${pw}_$s]+="$(echo "$out" | field $op $s ratio) "
+        done
       done
     done
   fi
@@ -58,7 +61,9 @@ for t in tcp shm; do
   done
 done
 if $ucx; then
-  for s in 4096 16384 65536; do
-    echo "ucx (tcp) scattered 512 x $((s / 1024)) KiB: PUTV GB/s $(med ucx0_$s), /contiguous same bytes $(med ucxr0_$s); one put per piece GB/s $(med ucx1_$s), /contiguous $(med ucxr1_$s)"
+  for op in write read; do
+    for s in 4096 16384 65536; do
+      echo "ucx (tcp) $op scattered 512 x $((s / 1024)) KiB: as active messages GB/s $(med ucx${op}0_$s), /contiguous same bytes $(med ucxr${op}0_$s); one per piece GB/s $(med ucx${op}1_$s), /contiguous $(med ucxr${op}1_$s)"
+    done
   done
 fi

@@ -20,7 +20,8 @@ import (
 	"github.com/hmc-go/hmc/transport"
 )
 
-// Vector puts as active messages (bootstrap version 3, docs/wire/ucx.md "Vector puts").
+// Vector puts and gets as active messages (bootstrap version 3, docs/wire/ucx.md "Vector puts
+// and gets").
 //
 // Over tcp, UCX 1.13 emulates every put with a message and its answer, about 5 µs each on
 // loopback, so a KV batch of 512 scattered 4 KiB blocks posted as 512 puts moved at an eighth
@@ -30,7 +31,7 @@ import (
 // datatype gathering them from the caller's memory), and the target copies each piece into
 // place after checking it against the regions that initiator's link was granted, then answers
 // with an ACK. Over RDMA and shared memory, where a put is the hardware's or one copy, pieces
-// stay puts.
+// stay puts. Vector gets go likewise as GETVs, each answered with the pieces' bytes (DATA).
 
 const (
 	// amChunk is the payload of one PUTV: large enough that a message's fixed costs vanish
@@ -119,89 +120,139 @@ func newToken() uint64 {
 	}
 }
 
-// amDrain applies the PUTVs and ACKs the worker's handlers queued during progress. Caller holds
-// pmu.
+// amDrain applies the PUTVs, GETVs, ACKs and DATAs the worker's handlers queued during
+// progress. Caller holds pmu.
 func (w *worker) amDrain() bool {
 	q := w.amq
 	any := false
 	if n := int(q.nacks); n > 0 {
 		acks := unsafe.Slice((*uint64)(unsafe.Pointer(q.acks)), n)
 		for i := 0; i+1 < n; i += 2 {
-			w.acked(acks[i], acks[i+1])
+			w.acked(acks[i], acks[i+1], false, nil)
 		}
 		q.nacks = 0
 		any = true
 	}
 	for m := C.hmc_am_pop(q); m != nil; m = C.hmc_am_pop(q) {
-		w.applyPutv(m)
+		hdr := unsafe.Slice((*byte)(unsafe.Pointer(m.hdr)), int(m.hlen))
+		data := unsafe.Slice((*byte)(m.data), int(m.len))
+		switch m.kind {
+		case C.HMC_AM_DATA:
+			w.acked(binary.LittleEndian.Uint64(hdr), binary.LittleEndian.Uint64(hdr[8:]), true, data)
+			C.hmc_am_free(w.w, m)
+		case C.HMC_AM_GETV:
+			w.answerGetv(m, hdr)
+		default:
+			w.applyPutv(m, hdr, data)
+		}
 		any = true
 	}
 	return any
 }
 
-// applyPutv checks a received PUTV's pieces against its link's grants, copies them all or
-// none, and answers with an ACK. Caller holds pmu.
-func (w *worker) applyPutv(m *C.hmc_amrx) {
-	hdr := unsafe.Slice((*byte)(unsafe.Pointer(m.hdr)), int(m.hlen))
-	var seq uint64
-	st := uint64(ackBad)
-	if len(hdr) >= putvFixed {
-		seq = binary.LittleEndian.Uint64(hdr[8:])
-		st = w.copyPutv(hdr, unsafe.Slice((*byte)(m.data), int(m.len)))
+// applyPutv copies a received PUTV's pieces if every one lies in memory its link was granted,
+// and answers with an ACK. Caller holds pmu.
+func (w *worker) applyPutv(m *C.hmc_amrx, hdr, data []byte) {
+	seq, dsts, st := w.amPieces(hdr)
+	if st == ackOK && pieceBytes(dsts) != uint64(len(data)) {
+		st = ackBad
 	}
+	if st == ackOK {
+		off := 0
+		for _, d := range dsts {
+			off += copy(d, data[off:])
+		}
+		w.putvs.Add(1)
+	}
+	w.amDone(dsts)
 	var cst C.ucs_status_t
 	req := C.hmc_am_ack(m.reply_ep, m, C.uint64_t(seq), C.uint64_t(st), &cst)
+	w.amSent(m, req, cst)
+}
+
+// answerGetv answers a GETV with its pieces' bytes (gathered into one buffer, which the
+// answer's send owns: a deregistration may unmap the regions before UCX has sent them), or
+// with a refusal. Caller holds pmu.
+func (w *worker) answerGetv(m *C.hmc_amrx, hdr []byte) {
+	seq, srcs, st := w.amPieces(hdr)
+	var n uint64
+	if st == ackOK {
+		if n = pieceBytes(srcs); n > 0 {
+			m.out = C.malloc(C.size_t(n))
+			out := unsafe.Slice((*byte)(m.out), n)
+			off := 0
+			for _, s := range srcs {
+				off += copy(out[off:], s)
+			}
+		}
+		w.getvs.Add(1)
+	}
+	w.amDone(srcs)
+	var cst C.ucs_status_t
+	req := C.hmc_am_data(m.reply_ep, m, C.uint64_t(seq), C.uint64_t(st), C.size_t(n), &cst)
+	w.amSent(m, req, cst)
+}
+
+// amSent frees m when the answer sent from it (req, cst) is done. Caller holds pmu.
+func (w *worker) amSent(m *C.hmc_amrx, req unsafe.Pointer, cst C.ucs_status_t) {
 	if cst != C.UCS_OK || req == nil {
 		C.hmc_am_free(w.w, m)
 		return
 	}
-	w.add(&pend{req: req, what: "ack", after: func(C.ucs_status_t) { C.hmc_am_free(w.w, m) }})
+	w.add(&pend{req: req, what: "answer", after: func(C.ucs_status_t) { C.hmc_am_free(w.w, m) }})
 }
 
-// copyPutv copies a PUTV's pieces (hdr's table, data their bytes in order) if every one lies
-// in memory its link was granted, and returns the ACK's status.
-func (w *worker) copyPutv(hdr, data []byte) uint64 {
+func pieceBytes(ps [][]byte) uint64 {
+	var n uint64
+	for _, p := range ps {
+		n += uint64(len(p))
+	}
+	return n
+}
+
+// amPieces reads a PUTV's or GETV's table (hdr) and returns its seq and, if every piece lies in
+// memory its link was granted, the pieces' memory here (w.amDsts, for amDone); else the
+// status to answer with.
+func (w *worker) amPieces(hdr []byte) (seq uint64, mem [][]byte, st uint64) {
+	if len(hdr) < putvFixed {
+		return 0, nil, ackBad
+	}
+	seq = binary.LittleEndian.Uint64(hdr[8:])
 	token := binary.LittleEndian.Uint64(hdr)
 	count := uint64(binary.LittleEndian.Uint32(hdr[16:]))
 	if binary.LittleEndian.Uint32(hdr[20:]) != 0 || count == 0 || uint64(len(hdr)) != putvFixed+count*putvPiece {
-		return ackBad
+		return seq, nil, ackBad
 	}
 	v, ok := w.amLinks.Load(token)
 	if !ok {
-		return ackRefused
+		return seq, nil, ackRefused
 	}
 	g := v.(*amGrants)
 	var total uint64
 	for i := range count {
-		e := hdr[putvFixed+i*putvPiece:]
-		n := binary.LittleEndian.Uint64(e[8:])
+		n := binary.LittleEndian.Uint64(hdr[putvFixed+i*putvPiece+8:])
 		if total+n < total {
-			return ackBad
+			return seq, nil, ackBad
 		}
 		total += n
 	}
-	if total != uint64(len(data)) {
-		return ackBad
-	}
-	dsts := w.amDsts[:0]
+	mem = w.amDsts[:0]
 	for i := range count {
 		e := hdr[putvFixed+i*putvPiece:]
 		d := g.find(binary.LittleEndian.Uint64(e), binary.LittleEndian.Uint64(e[8:]))
 		if d == nil {
-			clear(dsts)
-			w.amDsts = dsts[:0]
-			return ackRefused
+			w.amDone(mem)
+			return seq, nil, ackRefused
 		}
-		dsts = append(dsts, d)
+		mem = append(mem, d)
 	}
-	off := 0
-	for _, d := range dsts {
-		off += copy(d, data[off:])
-	}
-	clear(dsts)
-	w.amDsts = dsts[:0]
-	w.putvs.Add(1)
-	return ackOK
+	return seq, mem, ackOK
+}
+
+// amDone gives amPieces' slice back (cleared: it must not keep regions' memory reachable).
+func (w *worker) amDone(mem [][]byte) {
+	clear(mem)
+	w.amDsts = mem[:0]
 }
 
 // amVec is one vector put's PUTVs: its Op has a part per PUTV, finished when both the PUTV's
@@ -215,6 +266,14 @@ type amVec struct {
 	inFlight int            // sent and not done
 	failed   error          // the first failure: queued PUTVs fail with it unsent
 	sending  bool           // sendNext is running (a failure inside it must not re-enter)
+	dsts     [][]byte       // a get's pieces (local memory), in the GETVs' order; nil for a put
+}
+
+func (v *amVec) what() string {
+	if v.dsts != nil {
+		return "get"
+	}
+	return "put"
 }
 
 // amWindow bounds a vector's PUTVs in flight: the target assembles each whole before it copies
@@ -226,6 +285,7 @@ type amChunkWait struct {
 	v           *amVec
 	seq         uint64
 	hlen, k     int // header bytes, pieces
+	first       int // a GETV's first piece in v.dsts
 	sent, acked bool
 	err         error
 	cmem        unsafe.Pointer // its header and iov (C memory), freed when the send completes
@@ -285,17 +345,23 @@ func (v *amVec) sendNext(w *worker) {
 			continue
 		}
 		var st C.ucs_status_t
-		req := C.hmc_post_am(handle(unsafe.Pointer(v.e.ep)), handle(c.cmem), C.size_t(c.hlen), C.size_t(c.k), &st)
+		var req unsafe.Pointer
+		if v.dsts != nil {
+			req = C.hmc_post_getv(handle(unsafe.Pointer(v.e.ep)), handle(c.cmem), C.size_t(c.hlen), &st)
+		} else {
+			req = C.hmc_post_am(handle(unsafe.Pointer(v.e.ep)), handle(c.cmem), C.size_t(c.hlen), C.size_t(c.k), &st)
+		}
+		what := "vector " + v.what() + " (active message)"
 		switch {
 		case st != C.UCS_OK:
-			c.step(w, true, ucsErr("vector put (active message)", st))
+			c.step(w, true, ucsErr(what, st))
 		case req == nil:
 			c.step(w, true, nil)
 		default:
-			w.add(&pend{req: req, ep: v.e, what: "vector put", after: func(st C.ucs_status_t) {
+			w.add(&pend{req: req, ep: v.e, what: what, after: func(st C.ucs_status_t) {
 				var err error
 				if st != C.UCS_OK {
-					err = ucsErr("vector put (active message)", st)
+					err = ucsErr(what, st)
 				}
 				c.step(w, true, err)
 			}})
@@ -303,19 +369,30 @@ func (v *amVec) sendNext(w *worker) {
 	}
 }
 
-// acked handles an ACK. Caller holds pmu.
-func (w *worker) acked(seq, st uint64) {
+// acked handles an ACK, or a GETV's DATA (isData) with its bytes. Caller holds pmu.
+func (w *worker) acked(seq, st uint64, isData bool, data []byte) {
 	c := w.amWaits[seq]
-	if c == nil {
-		return // its vector failed meanwhile (the endpoint failed)
+	if c == nil || isData != (c.v.dsts != nil) {
+		return // its vector failed meanwhile (the endpoint failed), or not an answer of this kind
 	}
 	var err error
 	switch st {
 	case ackOK:
+		if d := c.v.dsts; d != nil { // a GETV's pieces, in its table's order
+			ps := d[c.first : c.first+c.k]
+			if pieceBytes(ps) != uint64(len(data)) {
+				err = fmt.Errorf("ucx: vector get: the target answered %d bytes for %d: %w", len(data), pieceBytes(ps), status.ErrProtocol)
+				break
+			}
+			off := 0
+			for _, p := range ps {
+				off += copy(p, data[off:])
+			}
+		}
 	case ackRefused:
-		err = fmt.Errorf("ucx: vector put: the target refused a piece outside the regions it granted this endpoint (deregistered meanwhile?): %w", status.ErrNotFound)
+		err = fmt.Errorf("ucx: vector %s: the target refused a piece outside the regions it granted this endpoint (deregistered meanwhile?): %w", c.v.what(), status.ErrNotFound)
 	default:
-		err = fmt.Errorf("ucx: vector put: the target found the message malformed (status %d): %w", st, status.ErrProtocol)
+		err = fmt.Errorf("ucx: vector %s: the target found the message malformed (status %d): %w", c.v.what(), st, status.ErrProtocol)
 	}
 	c.step(w, false, err)
 }
@@ -334,12 +411,13 @@ func (e *endpoint) failAMLocked(err error) {
 	}
 }
 
-// vecAM posts a vector put's pieces: those of up to amPieceMax bytes as PUTVs of up to amChunk
-// bytes each, larger ones as puts with one flush. Caller holds pmu and has checked the
-// endpoint and regions.
-func (e *endpoint) vecAM(addrs []C.uintptr_t, lens []C.size_t, raddrs []C.uint64_t, rkeys []C.uintptr_t, regs []*peerRegion) *transport.Op {
+// vecAM posts a vector put's (put) or get's pieces: those of up to amPieceMax bytes as PUTVs
+// or GETVs of up to amChunk bytes each, larger ones as puts or gets with one flush. locals are
+// the pieces' local memory (addrs, lens). Caller holds pmu and has checked the endpoint and
+// regions.
+func (e *endpoint) vecAM(put bool, locals [][]byte, addrs []C.uintptr_t, lens []C.size_t, raddrs []C.uint64_t, rkeys []C.uintptr_t, regs []*peerRegion) *transport.Op {
 	w := e.w
-	var small, big []int // pieces sent in PUTVs, and as puts
+	var small, big []int // pieces sent in PUTVs or GETVs, and on their own
 	for i := range lens {
 		if uint64(lens[i]) <= amPieceMax {
 			small = append(small, i)
@@ -371,12 +449,18 @@ func (e *endpoint) vecAM(addrs []C.uintptr_t, lens []C.size_t, raddrs []C.uint64
 		for j, i := range big {
 			ba[j], bl[j], br[j], bk[j] = addrs[i], lens[i], raddrs[i], rkeys[i]
 		}
-		e.postVecLocked(true, ba, bl, br, bk, regs, op)
+		e.postVecLocked(put, ba, bl, br, bk, regs, op)
 	}
 	if chunks == 0 {
 		return op
 	}
 	v := &amVec{e: e, op: op, regs: regs, left: chunks, queue: make([]*amChunkWait, 0, chunks)}
+	if !put {
+		v.dsts = make([][]byte, len(small))
+		for j, i := range small {
+			v.dsts[j] = locals[i]
+		}
+	}
 	for _, r := range regs {
 		r.inflight++
 	}
@@ -386,7 +470,7 @@ func (e *endpoint) vecAM(addrs []C.uintptr_t, lens []C.size_t, raddrs []C.uint64
 		hlen := putvFixed + k*putvPiece
 		cmem := C.malloc(C.size_t(hlen + k*putvPiece)) // the header, then k ucp_dt_iov_t
 		w.amSeq++
-		c := &amChunkWait{v: v, seq: w.amSeq, hlen: hlen, k: k, cmem: cmem}
+		c := &amChunkWait{v: v, seq: w.amSeq, hlen: hlen, k: k, first: b[0], cmem: cmem}
 		buf := unsafe.Slice((*byte)(cmem), hlen+k*putvPiece)
 		binary.LittleEndian.PutUint64(buf, e.token)
 		binary.LittleEndian.PutUint64(buf[8:], c.seq)
@@ -400,7 +484,7 @@ func (e *endpoint) vecAM(addrs []C.uintptr_t, lens []C.size_t, raddrs []C.uint64
 			binary.NativeEndian.PutUint64(buf[hlen+j*putvPiece:], uint64(addrs[i]))
 			binary.NativeEndian.PutUint64(buf[hlen+j*putvPiece+8:], uint64(lens[i]))
 		}
-		e.inflight++ // the ACK
+		e.inflight++ // the ACK or DATA
 		w.amWaits[c.seq] = c
 		v.queue = append(v.queue, c)
 	}
@@ -410,9 +494,9 @@ func (e *endpoint) vecAM(addrs []C.uintptr_t, lens []C.size_t, raddrs []C.uint64
 	return op
 }
 
-// rawPutv sends bufs to the target's raddrs as PUTVs without the initiator's own checks: what
-// a misbehaving peer could send (tests of the target's).
-func (e *endpoint) rawPutv(bufs [][]byte, raddrs []uint64) *transport.Op {
+// rawVec sends bufs to (put) or reads them from the target's raddrs as PUTVs or GETVs without
+// the initiator's own checks: what a misbehaving peer could send (tests of the target's).
+func (e *endpoint) rawVec(put bool, bufs [][]byte, raddrs []uint64) *transport.Op {
 	addrs := make([]C.uintptr_t, len(bufs))
 	lens := make([]C.size_t, len(bufs))
 	ra := make([]C.uint64_t, len(bufs))
@@ -421,5 +505,5 @@ func (e *endpoint) rawPutv(bufs [][]byte, raddrs []uint64) *transport.Op {
 	}
 	e.w.pmu.Lock()
 	defer e.w.pmu.Unlock()
-	return e.vecAM(addrs, lens, ra, make([]C.uintptr_t, len(bufs)), nil)
+	return e.vecAM(put, bufs, addrs, lens, ra, make([]C.uintptr_t, len(bufs)), nil)
 }

@@ -41,7 +41,8 @@ func rmaPair(t *testing.T, cfg Config) (*transporttest.RMAPair, *endpoint) {
 
 // Over tcp a vector put of scattered blocks goes as PUTV active messages (a KV batch: 512
 // blocks of 4 KiB in two regions, plus pieces too large for a PUTV, which go as puts), and
-// lands byte for byte; over shared memory, and with PiecewiseVectors, its pieces stay puts.
+// lands byte for byte, and a vector get of them as GETVs reads them back; over shared memory,
+// and with PiecewiseVectors, their pieces stay puts and gets.
 func TestVectorPutsAsActiveMessages(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -97,6 +98,25 @@ func TestVectorPutsAsActiveMessages(t *testing.T) {
 			if n := w.putvs.Load() - before; (n > 0) != c.am {
 				t.Fatalf("%d PUTVs applied, want them: %v", n, c.am)
 			}
+			back := make([][]byte, len(srcs))
+			for i := range back {
+				back[i] = make([]byte, len(srcs[i]))
+			}
+			gets := w.getvs.Load()
+			if op, err = e.ReadVAsync(ctx, back, dsts); err == nil {
+				err = op.Wait(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range back {
+				if !bytes.Equal(back[i], srcs[i]) {
+					t.Fatalf("piece %d read back differs", i)
+				}
+			}
+			if n := w.getvs.Load() - gets; (n > 0) != c.am {
+				t.Fatalf("%d GETVs answered, want them: %v", n, c.am)
+			}
 		})
 	}
 }
@@ -121,14 +141,27 @@ func TestPutvRefusesWhatWasNotGranted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		op := e.rawPutv([][]byte{[]byte("granted!"), []byte("forged!!")}, []uint64{rt.addr, raddr})
+		op := e.rawVec(true, [][]byte{[]byte("granted!"), []byte("forged!!")}, []uint64{rt.addr, raddr})
 		return op.Wait(ctx)
 	}
 	secret := make([]byte, 4096) // this process's memory, never registered
+	copy(secret[2048:], "secret!!")
 	if err := put(uint64(uintptr(unsafe.Pointer(&secret[0])))); !errors.Is(err, status.ErrNotFound) {
 		t.Fatalf("a piece outside the granted regions: %v, want ErrNotFound", err)
 	}
-	if !bytes.Equal(secret, make([]byte, 4096)) || !bytes.Equal(mem[:8], make([]byte, 8)) {
+	// The same for reads: nothing of the secret comes back.
+	rt, err := e.targetOf(ctx, transport.Remote{Key: reg.Key()}, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := [][]byte{make([]byte, 8), make([]byte, 8)}
+	op := e.rawVec(false, got, []uint64{rt.addr, uint64(uintptr(unsafe.Pointer(&secret[2048])))})
+	if err := op.Wait(ctx); !errors.Is(err, status.ErrNotFound) || string(got[1]) == "secret!!" {
+		t.Fatalf("a GETV of memory outside the granted regions: %v, read %q", err, got[1])
+	}
+	want := make([]byte, 4096)
+	copy(want[2048:], "secret!!")
+	if !bytes.Equal(secret, want) || !bytes.Equal(mem[:8], make([]byte, 8)) {
 		t.Fatal("a refused PUTV wrote memory")
 	}
 	token := e.token

@@ -32,10 +32,11 @@
 //   - Put = ucp_put_nbx + ucp_ep_flush_nbx (the put is visible at the target when the flush
 //     completes); Get = ucp_get_nbx. Ranges are checked against the size the target declared
 //     before anything is posted.
-//   - Vector puts (transport.VectorRMA): every piece posted in one call with one flush; where
-//     UCX emulates RMA over tcp, as PUTV active messages instead (bootstrap version 3, am.go):
-//     a table of pieces and their bytes in one eager message per 2 MiB, copied into place by
-//     the target after checking each piece against what the link was granted, and answered.
+//   - Vectors (transport.VectorRMA): every piece posted in one call with one flush; where UCX
+//     emulates RMA over tcp, as active messages instead (bootstrap version 3, am.go): a PUTV
+//     carries a table of pieces and their bytes, one eager message per 2 MiB, copied into
+//     place by the target after checking each piece against what the link was granted, and
+//     answered; a GETV carries the table and is answered with the pieces' bytes.
 //   - Over tcp, UCX 1.13 emulates RMA with active messages of at most UCX_TCP_TX_SEG_SIZE, each
 //     answered by a completion message. The context asks for 64 KiB segments (UCX's default
 //     is 8 KiB; its receive segments are 64 KiB) unless UCX_TCP_TX_SEG_SIZE or

@@ -254,28 +254,25 @@ void *hmc_atomic(ucp_ep_h ep, int op, uint64_t *io, uint64_t raddr, ucp_rkey_h r
 	return r;
 }
 
-// PUTV handler (target): queue the message for the Go side, which checks every piece against
-// the regions the sender's link was granted before it copies anything. A rendezvous PUTV is
-// never sent (the initiator forces eager): it is dropped, and its sender's request completes
-// without an ACK until the endpoint fails or closes.
-static ucs_status_t hmc_on_putv(void *arg, const void *header, size_t hlen, void *data, size_t len,
-                                const ucp_am_recv_param_t *p) {
-	hmc_amq *q = arg;
-	if ((p->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || !(p->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;
+// Queues a received message for the Go side (hmc_amrx). It returns UCS_INPROGRESS when it
+// holds UCX's data, which hmc_am_free gives back.
+static ucs_status_t hmc_queue(hmc_amq *q, int kind, const void *header, size_t hlen, void *data, size_t len,
+                              const ucp_am_recv_param_t *p) {
 	hmc_amrx *m = malloc(sizeof *m + hlen);
 	if (m == NULL) return UCS_OK;
 	memset(m, 0, sizeof *m);
+	m->kind = kind;
 	m->hdr = (char *)(m + 1);
 	memcpy(m->hdr, header, hlen);
 	m->hlen = hlen;
-	m->reply_ep = p->reply_ep;
+	if (p->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) m->reply_ep = p->reply_ep;
 	m->len = len;
 	ucs_status_t ret = UCS_OK;
-	if (p->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) {
+	if (data != NULL && (p->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)) {
 		m->data = data; // held: given back by hmc_am_free
 		m->release = 1;
 		ret = UCS_INPROGRESS;
-	} else if (len > 0) {
+	} else if (data != NULL && len > 0) {
 		m->data = malloc(len);
 		if (m->data == NULL) { free(m); return UCS_OK; }
 		memcpy(m->data, data, len);
@@ -283,6 +280,29 @@ static ucs_status_t hmc_on_putv(void *arg, const void *header, size_t hlen, void
 	if (q->tail) q->tail->next = m; else q->head = m;
 	q->tail = m;
 	return ret;
+}
+
+// PUTV and GETV handlers (target): queue the message for the Go side, which checks every piece
+// against the regions the sender's link was granted before it copies anything. A rendezvous
+// message is never sent (the initiator forces eager), nor one without a reply endpoint: such a
+// message is dropped, and its sender fails when the endpoint fails or closes.
+static ucs_status_t hmc_on_putv(void *arg, const void *header, size_t hlen, void *data, size_t len,
+                                const ucp_am_recv_param_t *p) {
+	if ((p->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || !(p->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;
+	return hmc_queue(arg, HMC_AM_PUTV, header, hlen, data, len, p);
+}
+
+static ucs_status_t hmc_on_getv(void *arg, const void *header, size_t hlen, void *data, size_t len,
+                                const ucp_am_recv_param_t *p) {
+	if ((p->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || !(p->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;
+	return hmc_queue(arg, HMC_AM_GETV, header, hlen, NULL, 0, p);
+}
+
+// DATA handler (initiator): a GETV's answer, header u64 seq, u64 status, the pieces' bytes.
+static ucs_status_t hmc_on_data(void *arg, const void *header, size_t hlen, void *data, size_t len,
+                                const ucp_am_recv_param_t *p) {
+	if ((p->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || hlen != 16) return UCS_OK;
+	return hmc_queue(arg, HMC_AM_DATA, header, hlen, data, len, p);
 }
 
 // ACK handler (initiator): header u64 seq, u64 status; appended to q->acks.
@@ -321,6 +341,12 @@ ucs_status_t hmc_am_init(ucp_worker_h w, hmc_amq *q) {
 	if ((st = ucp_worker_set_am_recv_handler(w, &h)) != UCS_OK) return st;
 	h.id = HMC_AM_ACK;
 	h.cb = hmc_on_ack;
+	if ((st = ucp_worker_set_am_recv_handler(w, &h)) != UCS_OK) return st;
+	h.id = HMC_AM_GETV;
+	h.cb = hmc_on_getv;
+	if ((st = ucp_worker_set_am_recv_handler(w, &h)) != UCS_OK) return st;
+	h.id = HMC_AM_DATA;
+	h.cb = hmc_on_data;
 	return ucp_worker_set_am_recv_handler(w, &h);
 }
 
@@ -346,9 +372,38 @@ void *hmc_am_ack(ucp_ep_h ep, hmc_amrx *m, uint64_t seq, uint64_t status, ucs_st
 	return r;
 }
 
+// Sends a GETV's answer on ep: m->out (len bytes, malloc'd by the caller; NULL when len is 0)
+// after a header of seq and status in m, both live until the request completes (then
+// hmc_am_free).
+void *hmc_am_data(ucp_ep_h ep, hmc_amrx *m, uint64_t seq, uint64_t status, size_t len, ucs_status_t *st) {
+	m->ack[0] = seq;
+	m->ack[1] = status;
+	ucp_request_param_t p;
+	memset(&p, 0, sizeof p);
+	p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+	p.flags = UCP_AM_SEND_FLAG_EAGER;
+	ucs_status_ptr_t r = ucp_am_send_nbx(ep, HMC_AM_DATA, m->ack, 16, m->out, len, &p);
+	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
+	*st = UCS_OK;
+	return r;
+}
+
+// Posts one GETV: hdr (hlen bytes, the table of pieces), no data, asking for a reply endpoint.
+void *hmc_post_getv(uintptr_t ep, uintptr_t hdr, size_t hlen, ucs_status_t *st) {
+	ucp_request_param_t p;
+	memset(&p, 0, sizeof p);
+	p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+	p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+	ucs_status_ptr_t r = ucp_am_send_nbx((ucp_ep_h)ep, HMC_AM_GETV, (void *)hdr, hlen, NULL, 0, &p);
+	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
+	*st = UCS_OK;
+	return r;
+}
+
 void hmc_am_free(ucp_worker_h w, hmc_amrx *m) {
 	if (m->release) ucp_am_data_release(w, m->data);
 	else free(m->data);
+	free(m->out);
 	free(m);
 }
 

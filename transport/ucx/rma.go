@@ -420,6 +420,7 @@ func (e *endpoint) vec(ctx context.Context, put bool, bufs [][]byte, rem []trans
 	raddrs := make([]C.uint64_t, 0, len(bufs))
 	rkeys := make([]C.uintptr_t, 0, len(bufs))
 	var regs []*peerRegion // the distinct peer regions the pieces reach
+	locals := make([][]byte, 0, len(bufs))
 	for i, b := range bufs {
 		rt, err := e.targetOf(ctx, rem[i], uint64(len(b)))
 		if err != nil {
@@ -428,6 +429,7 @@ func (e *endpoint) vec(ctx context.Context, put bool, bufs [][]byte, rem []trans
 		if len(b) == 0 {
 			continue
 		}
+		locals = append(locals, b)
 		addrs = append(addrs, handle(unsafe.Pointer(unsafe.SliceData(b))))
 		lens = append(lens, C.size_t(len(b)))
 		raddrs = append(raddrs, C.uint64_t(rt.addr))
@@ -451,8 +453,8 @@ func (e *endpoint) vec(ctx context.Context, put bool, bufs [][]byte, rem []trans
 	if err := e.refusedLocked(target{}); err != nil {
 		return transport.Failed(err), nil
 	}
-	if put && e.amVec && len(addrs) > 1 {
-		return e.vecAM(addrs, lens, raddrs, rkeys, regs), nil
+	if e.amVec && len(addrs) > 1 {
+		return e.vecAM(put, locals, addrs, lens, raddrs, rkeys, regs), nil
 	}
 	op := e.newOp(1)
 	e.postVecLocked(put, addrs, lens, raddrs, rkeys, regs, op)

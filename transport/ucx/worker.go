@@ -55,6 +55,7 @@ type worker struct {
 	amLinks sync.Map                // token -> *amGrants: the links of this worker's servers
 	amDsts  [][]byte                // scratch of applyPutv
 	putvs   atomic.Uint64           // PUTVs applied (tests)
+	getvs   atomic.Uint64           // GETVs answered with their bytes (tests)
 }
 
 // pend is a UCX request an Op waits for.
