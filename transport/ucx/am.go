@@ -25,8 +25,8 @@ import (
 //
 // Over tcp, UCX 1.13 emulates every put with a message and its answer, about 5 µs each on
 // loopback, so a KV batch of 512 scattered 4 KiB blocks posted as 512 puts moved at an eighth
-// of one contiguous put. Where every RMA lane of an endpoint is tcp (hmc_ep_rma_emulated), a
-// vector put goes instead as PUTV active messages: each carries a table of up to a chunk's
+// of one contiguous put. Where an endpoint's RMA lanes are all tcp, or it has none and UCP moves
+// RMA over its active-message lanes (hmc_ep_rma_emulated), a vector put goes instead as PUTV active messages: each carries a table of up to a chunk's
 // worth of pieces in its header and their bytes as its data (one eager message, UCX's iov
 // datatype gathering them from the caller's memory), and the target copies each piece into
 // place after checking it against the regions that initiator's link was granted, then answers
