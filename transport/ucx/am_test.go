@@ -98,22 +98,8 @@ func TestVectorPutsAsActiveMessages(t *testing.T) {
 			if n := w.putvs.Load() - before; (n > 0) != c.am {
 				t.Fatalf("%d PUTVs applied, want them: %v", n, c.am)
 			}
-			back := make([][]byte, len(srcs))
-			for i := range back {
-				back[i] = make([]byte, len(srcs[i]))
-			}
 			gets := w.getvs.Load()
-			if op, err = e.ReadVAsync(ctx, back, dsts); err == nil {
-				err = op.Wait(ctx)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range back {
-				if !bytes.Equal(back[i], srcs[i]) {
-					t.Fatalf("piece %d read back differs", i)
-				}
-			}
+			readBack(ctx, t, e, srcs, dsts)
 			if n := w.getvs.Load() - gets; (n > 0) != c.am {
 				t.Fatalf("%d GETVs answered, want them: %v", n, c.am)
 			}
@@ -121,9 +107,31 @@ func TestVectorPutsAsActiveMessages(t *testing.T) {
 	}
 }
 
-// The target copies a PUTV only into memory the sender's link was granted: an address outside
-// every region it resolved, a token not its own, or a region deregistered since are refused
-// whole (ErrNotFound), and the memory keeps its bytes.
+// readBack reads every piece of dsts back with one vector get and checks it against srcs.
+func readBack(ctx context.Context, t *testing.T, e *endpoint, srcs [][]byte, dsts []transport.Remote) {
+	t.Helper()
+	back := make([][]byte, len(srcs))
+	for i := range back {
+		back[i] = make([]byte, len(srcs[i]))
+	}
+	op, err := e.ReadVAsync(ctx, back, dsts)
+	if err == nil {
+		err = op.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range back {
+		if !bytes.Equal(back[i], srcs[i]) {
+			t.Fatalf("piece %d read back differs", i)
+		}
+	}
+}
+
+// The target copies a PUTV only into memory the sender's link was granted, and answers a GETV
+// only from it: an address outside every region it resolved, a token not its own, or a region
+// deregistered since are refused whole (ErrNotFound); the memory keeps its bytes, and none of
+// it is read back.
 func TestPutvRefusesWhatWasNotGranted(t *testing.T) {
 	p, e := rmaPair(t, Config{TLS: "tcp"})
 	if !e.amVec {
@@ -268,11 +276,10 @@ func TestVectorPutTwoProcesses(t *testing.T) {
 	const block, blocks = 4096, 512
 	src := make([]byte, block*blocks)
 	transporttest.Fill(src, 77)
-	var srcs, back [][]byte
+	var srcs [][]byte
 	var dsts []transport.Remote
 	for i := range blocks {
 		srcs = append(srcs, src[i*block:(i+1)*block])
-		back = append(back, make([]byte, block))
 		dsts = append(dsts, transport.Remote{Key: key, Addr: uint64(2 * block * (i ^ 1))})
 	}
 	op, err := e.WriteVAsync(ctx, srcs, dsts)
@@ -282,17 +289,7 @@ func TestVectorPutTwoProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if op, err = e.ReadVAsync(ctx, back, dsts); err == nil {
-		err = op.Wait(ctx)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range back {
-		if !bytes.Equal(back[i], srcs[i]) {
-			t.Fatalf("block %d read back differs", i)
-		}
-	}
+	readBack(ctx, t, e, srcs, dsts)
 	// Killed with PUTVs in flight: their Op ends (done before the kill, or failed typed) well
 	// before the context's deadline.
 	var many [][]byte
