@@ -51,7 +51,8 @@ const (
 	ackBad     = 2 // a malformed message: nothing copied
 )
 
-// amSpan is memory a link may write with PUTV: a region it was given the rkey of.
+// amSpan is memory a link may write with PUTV and read with GETV: a region it was given the
+// rkey of.
 type amSpan struct {
 	key  buffer.Key
 	addr uint64
@@ -135,7 +136,10 @@ func (w *worker) amDrain() bool {
 	}
 	for m := C.hmc_am_pop(q); m != nil; m = C.hmc_am_pop(q) {
 		hdr := unsafe.Slice((*byte)(unsafe.Pointer(m.hdr)), int(m.hlen))
-		data := unsafe.Slice((*byte)(m.data), int(m.len))
+		var data []byte
+		if m.data != nil {
+			data = unsafe.Slice((*byte)(m.data), int(m.len))
+		}
 		switch m.kind {
 		case C.HMC_AM_DATA:
 			w.acked(binary.LittleEndian.Uint64(hdr), binary.LittleEndian.Uint64(hdr[8:]), true, data)

@@ -266,7 +266,7 @@ static ucs_status_t hmc_queue(hmc_amq *q, int kind, const void *header, size_t h
 	memcpy(m->hdr, header, hlen);
 	m->hlen = hlen;
 	if (p->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) m->reply_ep = p->reply_ep;
-	m->len = len;
+	m->len = data != NULL ? len : 0;
 	ucs_status_t ret = UCS_OK;
 	if (data != NULL && (p->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)) {
 		m->data = data; // held: given back by hmc_am_free
