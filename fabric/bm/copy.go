@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"syscall"
 
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
@@ -475,7 +476,13 @@ func (b *BigMemory) rma(ctx context.Context, rank int, write bool, buf []byte, a
 			break
 		}
 	}
-	return b.rankErr(rank, fmt.Errorf("bm: rank %d: every transport failed: %w", rank, errors.Join(errs...)))
+	err = errors.Join(errs...)
+	if errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, status.ErrPeerClosed) {
+		// The member's own address refuses connections: it has left or died, and this rank
+		// has not seen the view that says so yet.
+		return b.rankErr(rank, fmt.Errorf("bm: rank %d: every transport failed, its address refusing connections (it left or died): %w: %w", rank, status.ErrPeerClosed, err))
+	}
+	return b.rankErr(rank, fmt.Errorf("bm: rank %d: every transport failed: %w", rank, err))
 }
 
 func post(ctx context.Context, ep transport.RMA, write bool, buf []byte, addr uint64) error {
