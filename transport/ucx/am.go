@@ -124,25 +124,16 @@ func newToken() uint64 {
 // amDrain applies the PUTVs, GETVs, ACKs and DATAs the worker's handlers queued during
 // progress. Caller holds pmu.
 func (w *worker) amDrain() bool {
-	q := w.amq
 	any := false
-	if n := int(q.nacks); n > 0 {
-		acks := unsafe.Slice((*uint64)(unsafe.Pointer(q.acks)), n)
-		for i := 0; i+1 < n; i += 2 {
-			w.acked(acks[i], acks[i+1], false, nil)
-		}
-		q.nacks = 0
-		any = true
-	}
-	for m := C.hmc_am_pop(q); m != nil; m = C.hmc_am_pop(q) {
+	for m := C.hmc_am_pop(w.amq); m != nil; m = C.hmc_am_pop(w.amq) {
 		hdr := unsafe.Slice((*byte)(unsafe.Pointer(m.hdr)), int(m.hlen))
 		var data []byte
 		if m.data != nil {
 			data = unsafe.Slice((*byte)(m.data), int(m.len))
 		}
 		switch m.kind {
-		case C.HMC_AM_DATA:
-			w.acked(binary.LittleEndian.Uint64(hdr), binary.LittleEndian.Uint64(hdr[8:]), true, data)
+		case C.HMC_AM_ACK, C.HMC_AM_DATA:
+			w.acked(binary.LittleEndian.Uint64(hdr), binary.LittleEndian.Uint64(hdr[8:]), m.kind == C.HMC_AM_DATA, data)
 			C.hmc_am_free(w.w, m)
 		case C.HMC_AM_GETV:
 			w.answerGetv(m, hdr)
@@ -157,8 +148,8 @@ func (w *worker) amDrain() bool {
 // applyPutv copies a received PUTV's pieces if every one lies in memory its link was granted,
 // and answers with an ACK. Caller holds pmu.
 func (w *worker) applyPutv(m *C.hmc_amrx, hdr, data []byte) {
-	seq, dsts, st := w.amPieces(hdr)
-	if st == ackOK && pieceBytes(dsts) != uint64(len(data)) {
+	seq, dsts, total, st := w.amPieces(hdr)
+	if st == ackOK && total != uint64(len(data)) {
 		st = ackBad
 	}
 	if st == ackOK {
@@ -170,7 +161,7 @@ func (w *worker) applyPutv(m *C.hmc_amrx, hdr, data []byte) {
 	}
 	w.amDone(dsts)
 	var cst C.ucs_status_t
-	req := C.hmc_am_ack(m.reply_ep, m, C.uint64_t(seq), C.uint64_t(st), &cst)
+	req := C.hmc_am_answer(m.reply_ep, m, C.HMC_AM_ACK, C.uint64_t(seq), C.uint64_t(st), 0, &cst)
 	w.amSent(m, req, cst)
 }
 
@@ -178,22 +169,21 @@ func (w *worker) applyPutv(m *C.hmc_amrx, hdr, data []byte) {
 // answer's send owns: a deregistration may unmap the regions before UCX has sent them), or
 // with a refusal. Caller holds pmu.
 func (w *worker) answerGetv(m *C.hmc_amrx, hdr []byte) {
-	seq, srcs, st := w.amPieces(hdr)
-	var n uint64
-	if st == ackOK {
-		if n = pieceBytes(srcs); n > 0 {
-			m.out = C.malloc(C.size_t(n))
-			out := unsafe.Slice((*byte)(m.out), n)
-			off := 0
-			for _, s := range srcs {
-				off += copy(out[off:], s)
-			}
+	seq, srcs, n, st := w.amPieces(hdr) // n is 0 unless st is ackOK
+	if n > 0 {
+		m.out = C.malloc(C.size_t(n))
+		out := unsafe.Slice((*byte)(m.out), n)
+		off := 0
+		for _, s := range srcs {
+			off += copy(out[off:], s)
 		}
+	}
+	if st == ackOK {
 		w.getvs.Add(1)
 	}
 	w.amDone(srcs)
 	var cst C.ucs_status_t
-	req := C.hmc_am_data(m.reply_ep, m, C.uint64_t(seq), C.uint64_t(st), C.size_t(n), &cst)
+	req := C.hmc_am_answer(m.reply_ep, m, C.HMC_AM_DATA, C.uint64_t(seq), C.uint64_t(st), C.size_t(n), &cst)
 	w.amSent(m, req, cst)
 }
 
@@ -215,28 +205,27 @@ func pieceBytes(ps [][]byte) uint64 {
 }
 
 // amPieces reads a PUTV's or GETV's table (hdr) and returns its seq and, if every piece lies in
-// memory its link was granted, the pieces' memory here (w.amDsts, for amDone); else the
-// status to answer with.
-func (w *worker) amPieces(hdr []byte) (seq uint64, mem [][]byte, st uint64) {
+// memory its link was granted, the pieces' memory here (w.amDsts, for amDone) and their total
+// bytes; else the status to answer with.
+func (w *worker) amPieces(hdr []byte) (seq uint64, mem [][]byte, total, st uint64) {
 	if len(hdr) < putvFixed {
-		return 0, nil, ackBad
+		return 0, nil, 0, ackBad
 	}
 	seq = binary.LittleEndian.Uint64(hdr[8:])
 	token := binary.LittleEndian.Uint64(hdr)
 	count := uint64(binary.LittleEndian.Uint32(hdr[16:]))
 	if binary.LittleEndian.Uint32(hdr[20:]) != 0 || count == 0 || uint64(len(hdr)) != putvFixed+count*putvPiece {
-		return seq, nil, ackBad
+		return seq, nil, 0, ackBad
 	}
 	v, ok := w.amLinks.Load(token)
 	if !ok {
-		return seq, nil, ackRefused
+		return seq, nil, 0, ackRefused
 	}
 	g := v.(*amGrants)
-	var total uint64
 	for i := range count {
 		n := binary.LittleEndian.Uint64(hdr[putvFixed+i*putvPiece+8:])
 		if total+n < total {
-			return seq, nil, ackBad
+			return seq, nil, 0, ackBad
 		}
 		total += n
 	}
@@ -246,11 +235,11 @@ func (w *worker) amPieces(hdr []byte) (seq uint64, mem [][]byte, st uint64) {
 		d := g.find(binary.LittleEndian.Uint64(e), binary.LittleEndian.Uint64(e[8:]))
 		if d == nil {
 			w.amDone(mem)
-			return seq, nil, ackRefused
+			return seq, nil, 0, ackRefused
 		}
 		mem = append(mem, d)
 	}
-	return seq, mem, ackOK
+	return seq, mem, total, ackOK
 }
 
 // amDone gives amPieces' slice back (cleared: it must not keep regions' memory reachable).
@@ -259,8 +248,9 @@ func (w *worker) amDone(mem [][]byte) {
 	w.amDsts = mem[:0]
 }
 
-// amVec is one vector put's PUTVs: its Op has a part per PUTV, finished when both the PUTV's
-// send and its ACK have completed. At most amWindow are in flight; the rest wait in queue.
+// amVec is one vector put's PUTVs or get's GETVs: its Op has a part per message, finished when
+// both its send and its answer (ACK, DATA) have completed. At most amWindow are in flight; the
+// rest wait in queue.
 type amVec struct {
 	e        *endpoint
 	op       *transport.Op
@@ -280,11 +270,11 @@ func (v *amVec) what() string {
 	return "put"
 }
 
-// amWindow bounds a vector's PUTVs in flight: the target assembles each whole before it copies
-// it out, and 16 messages of 2 MiB at once (a 32 MiB batch) no longer fit the caches.
+// amWindow bounds a vector's messages in flight: the target assembles a PUTV whole before it
+// copies it out, and 16 messages of 2 MiB at once (a 32 MiB batch) no longer fit the caches.
 const amWindow = 4
 
-// amChunkWait is one PUTV: what of it is still to come.
+// amChunkWait is one PUTV or GETV: what of it is still to come.
 type amChunkWait struct {
 	v           *amVec
 	seq         uint64
@@ -295,15 +285,15 @@ type amChunkWait struct {
 	cmem        unsafe.Pointer // its header and iov (C memory), freed when the send completes
 }
 
-// step records that the PUTV's send (send) or ACK completed with err, and finishes its part of
-// the Op once both did. Caller holds pmu.
+// step records that the message's send (send) or answer completed with err, and finishes its
+// part of the Op once both did. Caller holds pmu.
 func (c *amChunkWait) step(w *worker, send bool, err error) {
 	v := c.v
 	if send {
 		c.sent = true
 		C.free(c.cmem)
 		c.cmem = nil
-		if err != nil && !c.acked { // no ACK comes for a message that was not sent
+		if err != nil && !c.acked { // no answer comes for a message that was not sent
 			delete(w.amWaits, c.seq)
 			c.acked = true
 			v.e.inflight--
@@ -332,8 +322,8 @@ func (c *amChunkWait) step(w *worker, send bool, err error) {
 	v.sendNext(w)
 }
 
-// sendNext sends queued PUTVs while fewer than amWindow are in flight, or fails them all once
-// the vector failed. Caller holds pmu.
+// sendNext sends queued messages while fewer than amWindow are in flight, or fails them all
+// once the vector failed. Caller holds pmu.
 func (v *amVec) sendNext(w *worker) {
 	if v.sending {
 		return
@@ -348,13 +338,12 @@ func (v *amVec) sendNext(w *worker) {
 			c.step(w, true, v.failed)
 			continue
 		}
-		var st C.ucs_status_t
-		var req unsafe.Pointer
+		id, n := C.unsigned(C.HMC_AM_PUTV), C.size_t(c.k)
 		if v.dsts != nil {
-			req = C.hmc_post_getv(handle(unsafe.Pointer(v.e.ep)), handle(c.cmem), C.size_t(c.hlen), &st)
-		} else {
-			req = C.hmc_post_am(handle(unsafe.Pointer(v.e.ep)), handle(c.cmem), C.size_t(c.hlen), C.size_t(c.k), &st)
+			id, n = C.HMC_AM_GETV, 0 // the table alone
 		}
+		var st C.ucs_status_t
+		req := C.hmc_post_am(handle(unsafe.Pointer(v.e.ep)), id, handle(c.cmem), C.size_t(c.hlen), n, &st)
 		what := "vector " + v.what() + " (active message)"
 		switch {
 		case st != C.UCS_OK:
@@ -384,8 +373,8 @@ func (w *worker) acked(seq, st uint64, isData bool, data []byte) {
 	case ackOK:
 		if d := c.v.dsts; d != nil { // a GETV's pieces, in its table's order
 			ps := d[c.first : c.first+c.k]
-			if pieceBytes(ps) != uint64(len(data)) {
-				err = fmt.Errorf("ucx: vector get: the target answered %d bytes for %d: %w", len(data), pieceBytes(ps), status.ErrProtocol)
+			if want := pieceBytes(ps); want != uint64(len(data)) {
+				err = fmt.Errorf("ucx: vector get: the target answered %d bytes for %d: %w", len(data), want, status.ErrProtocol)
 				break
 			}
 			off := 0
@@ -401,16 +390,13 @@ func (w *worker) acked(seq, st uint64, isData bool, data []byte) {
 	c.step(w, false, err)
 }
 
-// failAMLocked fails every PUTV of e still waiting for its ACK, and those not sent yet (the
-// endpoint failed or its link ended: no ACK will come). Caller holds pmu.
+// failAMLocked fails every PUTV and GETV of e still waiting for its answer, and those not sent
+// yet (the endpoint failed or its link ended: no answer will come). Caller holds pmu.
 func (e *endpoint) failAMLocked(err error) {
 	for _, c := range e.w.amWaits {
 		if c.v.e == e && !c.acked {
-			if c.v.failed == nil {
-				c.v.failed = err
-			}
-			c.step(e.w, false, err)
-			c.v.sendNext(e.w)
+			c.step(e.w, false, err) // sets c.v.failed
+			c.v.sendNext(e.w)       // which fails the vector's unsent ones
 		}
 	}
 }

@@ -60,9 +60,9 @@ type endpoint struct {
 	stagingMu sync.Mutex     // orders staging.Add after closed is set against Close's Wait
 	staging   sync.WaitGroup // staged transfers' goroutines (staged); Close waits for them
 
-	version uint16        // the bootstrap link's: 2 serves registered regions, 3 takes PUTVs
-	token   uint64        // the link's token (version 3), which PUTVs carry
-	amVec   bool          // vector puts go as PUTVs: version 3 and every RMA lane is tcp (am.go)
+	version uint16        // the bootstrap link's: 2 serves registered regions, 3 takes PUTVs and GETVs
+	token   uint64        // the link's token (version 3), which PUTVs and GETVs carry
+	amVec   bool          // vectors go as active messages: version 3, RMA emulated over tcp (am.go)
 	peer    peerRegions   // the target's regions resolved so far
 	quit    chan struct{} // closed by Close: the link reader stops handing out answers
 }
@@ -230,7 +230,7 @@ func (e *endpoint) watchLink() {
 	_ = e.linkReader() // until the target or Close ends the link, or the target breaks protocol
 	err := fmt.Errorf("ucx: target closed its link: %w", status.ErrPeerClosed)
 	e.dead.CompareAndSwap(nil, &err)
-	e.w.call(func() { e.failAMLocked(err) }) // no ACK comes any more
+	e.w.call(func() { e.failAMLocked(err) }) // no answer comes any more
 }
 
 func (e *endpoint) RemoteSize() uint64 { return e.remoteSize }
@@ -437,10 +437,8 @@ func (e *endpoint) drain() bool {
 				e.flushed(req, st, nil, ops)
 			}
 			w.progress()
-			if p := e.dead.Load(); p != nil {
-				e.failAMLocked(*p)
-			} else if st := *(*int32)(unsafe.Pointer(e.errflag)); st != 0 {
-				e.failAMLocked(ucsErr("endpoint", C.ucs_status_t(st)))
+			if err := e.broken(); err != nil {
+				e.failAMLocked(err) // their answers will not come
 			}
 			done = e.inflight == 0
 		})

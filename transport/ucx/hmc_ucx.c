@@ -305,24 +305,14 @@ static ucs_status_t hmc_on_data(void *arg, const void *header, size_t hlen, void
 	return hmc_queue(arg, HMC_AM_DATA, header, hlen, data, len, p);
 }
 
-// ACK handler (initiator): header u64 seq, u64 status; appended to q->acks.
+// ACK handler (initiator): a PUTV's answer, header u64 seq, u64 status.
 static ucs_status_t hmc_on_ack(void *arg, const void *header, size_t hlen, void *data, size_t len,
                                const ucp_am_recv_param_t *p) {
-	hmc_amq *q = arg;
 	if (hlen != 16) return UCS_OK;
-	if (q->nacks + 2 > q->cap) {
-		size_t cap = q->cap ? 2 * q->cap : 64;
-		uint64_t *a = realloc(q->acks, cap * sizeof *a);
-		if (a == NULL) return UCS_OK;
-		q->acks = a;
-		q->cap = cap;
-	}
-	memcpy(&q->acks[q->nacks], header, 16);
-	q->nacks += 2;
-	return UCS_OK;
+	return hmc_queue(arg, HMC_AM_ACK, header, hlen, NULL, 0, p);
 }
 
-// Sets w's PUTV and ACK handlers, their queues in q, and q->max_header.
+// Sets w's handlers of the four messages, their queue in q, and q->max_header.
 ucs_status_t hmc_am_init(ucp_worker_h w, hmc_amq *q) {
 	ucp_worker_attr_t a;
 	memset(&a, 0, sizeof a);
@@ -360,41 +350,17 @@ hmc_amrx *hmc_am_pop(hmc_amq *q) {
 	return m;
 }
 
-// Sends m's ACK on ep; its header lives in m until the request completes (then hmc_am_free).
-void *hmc_am_ack(ucp_ep_h ep, hmc_amrx *m, uint64_t seq, uint64_t status, ucs_status_t *st) {
-	m->ack[0] = seq;
-	m->ack[1] = status;
-	ucp_request_param_t p;
-	memset(&p, 0, sizeof p);
-	ucs_status_ptr_t r = ucp_am_send_nbx(ep, HMC_AM_ACK, m->ack, 16, NULL, 0, &p);
-	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
-	*st = UCS_OK;
-	return r;
-}
-
-// Sends a GETV's answer on ep: m->out (len bytes, malloc'd by the caller; NULL when len is 0)
-// after a header of seq and status in m, both live until the request completes (then
-// hmc_am_free).
-void *hmc_am_data(ucp_ep_h ep, hmc_amrx *m, uint64_t seq, uint64_t status, size_t len, ucs_status_t *st) {
+// Sends m's answer on ep, message id (HMC_AM_ACK or HMC_AM_DATA): a header of seq and status
+// in m, then len bytes of m->out (malloc'd by the caller; NULL when len is 0), both live until
+// the request completes (then hmc_am_free).
+void *hmc_am_answer(ucp_ep_h ep, hmc_amrx *m, unsigned id, uint64_t seq, uint64_t status, size_t len, ucs_status_t *st) {
 	m->ack[0] = seq;
 	m->ack[1] = status;
 	ucp_request_param_t p;
 	memset(&p, 0, sizeof p);
 	p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
 	p.flags = UCP_AM_SEND_FLAG_EAGER;
-	ucs_status_ptr_t r = ucp_am_send_nbx(ep, HMC_AM_DATA, m->ack, 16, m->out, len, &p);
-	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
-	*st = UCS_OK;
-	return r;
-}
-
-// Posts one GETV: hdr (hlen bytes, the table of pieces), no data, asking for a reply endpoint.
-void *hmc_post_getv(uintptr_t ep, uintptr_t hdr, size_t hlen, ucs_status_t *st) {
-	ucp_request_param_t p;
-	memset(&p, 0, sizeof p);
-	p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-	p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
-	ucs_status_ptr_t r = ucp_am_send_nbx((ucp_ep_h)ep, HMC_AM_GETV, (void *)hdr, hlen, NULL, 0, &p);
+	ucs_status_ptr_t r = ucp_am_send_nbx(ep, id, m->ack, 16, m->out, len, &p);
 	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
 	*st = UCS_OK;
 	return r;
@@ -407,26 +373,28 @@ void hmc_am_free(ucp_worker_h w, hmc_amrx *m) {
 	free(m);
 }
 
-// Frees every queued PUTV and ACK (the worker is going away).
+// Frees every queued message (the worker is going away).
 void hmc_am_drop(ucp_worker_h w, hmc_amq *q) {
 	for (hmc_amrx *m; (m = hmc_am_pop(q)) != NULL;) hmc_am_free(w, m);
-	free(q->acks);
-	q->acks = NULL;
-	q->nacks = q->cap = 0;
 }
 
-// Posts one PUTV: hdr (hlen bytes, followed in its allocation by the n ucp_dt_iov_t of its
-// pieces), eagerly, asking for a reply endpoint at the target. hdr's allocation and the pieces
-// must live until the request completes.
+// Posts one PUTV or GETV (id): hdr (hlen bytes, followed in its allocation by the n
+// ucp_dt_iov_t of a PUTV's pieces; n is 0 for a GETV, which carries no data), eagerly, asking
+// for a reply endpoint at the target. hdr's allocation and the pieces must live until the
+// request completes.
 _Static_assert(sizeof(ucp_dt_iov_t) == 16, "ucp_dt_iov_t is a pointer and a size_t (am.go writes them)");
-void *hmc_post_am(uintptr_t ep, uintptr_t hdr, size_t hlen, size_t n, ucs_status_t *st) {
-	ucp_dt_iov_t *iov = (ucp_dt_iov_t *)((char *)hdr + hlen);
+void *hmc_post_am(uintptr_t ep, unsigned id, uintptr_t hdr, size_t hlen, size_t n, ucs_status_t *st) {
 	ucp_request_param_t p;
 	memset(&p, 0, sizeof p);
-	p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_FLAGS;
-	p.datatype = ucp_dt_make_iov();
+	p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
 	p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
-	ucs_status_ptr_t r = ucp_am_send_nbx((ucp_ep_h)ep, HMC_AM_PUTV, (void *)hdr, hlen, iov, n, &p);
+	void *data = NULL;
+	if (n > 0) {
+		p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+		p.datatype = ucp_dt_make_iov();
+		data = (char *)hdr + hlen;
+	}
+	ucs_status_ptr_t r = ucp_am_send_nbx((ucp_ep_h)ep, id, (void *)hdr, hlen, data, n, &p);
 	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
 	*st = UCS_OK;
 	return r;

@@ -30,42 +30,39 @@ int hmc_poll(ucp_worker_h w, const uintptr_t *reqs, ucs_status_t *st, int n);
 char *hmc_resources(ucs_status_t *st);
 void *hmc_atomic(ucp_ep_h ep, int op, uint64_t *io, uint64_t raddr, ucp_rkey_h rkey, ucs_status_t *st);
 
-// Vector puts as active messages (bootstrap version 3, docs/wire/ucx.md): PUTV carries a table
-// of pieces in its header and their bytes as its data; the target answers each with an ACK.
+// Vector puts and gets as active messages (bootstrap version 3, docs/wire/ucx.md): PUTV carries
+// a table of pieces in its header and their bytes as its data, and is answered by an ACK; GETV
+// carries the table, and is answered by a DATA with the pieces' bytes.
 enum { HMC_AM_PUTV = 0x48, HMC_AM_ACK = 0x49, HMC_AM_GETV = 0x4a, HMC_AM_DATA = 0x4b };
 
-// A PUTV or GETV the target received, or a DATA (a GETV's answer) the initiator received,
-// queued by its handler for the Go side: the header copied, the data held (release: UCX's,
-// given back with ucp_am_data_release; else malloc'd here).
+// A PUTV or GETV the target received, or an ACK or DATA the initiator received, queued by its
+// handler for the Go side: the header copied, the data held (release: UCX's, given back with
+// ucp_am_data_release; else malloc'd here).
 typedef struct hmc_amrx {
 	struct hmc_amrx *next;
-	int kind; // HMC_AM_PUTV, HMC_AM_GETV or HMC_AM_DATA
+	int kind; // HMC_AM_PUTV, HMC_AM_ACK, HMC_AM_GETV or HMC_AM_DATA
 	ucp_ep_h reply_ep;
 	void *out; // a GETV's answer (malloc'd), live until its send completes
 	void *data;
 	size_t len;
 	int release;
-	uint64_t ack[2]; // the ACK's header, live until its send completes
+	uint64_t ack[2]; // the answer's header, live until its send completes
 	size_t hlen;
 	char *hdr; // hlen bytes, in the same allocation
 } hmc_amrx;
 
-// A worker's queues: PUTVs received (head..tail) and ACKs received (acks: seq, status pairs).
+// A worker's queue of received messages (head..tail).
 typedef struct {
 	hmc_amrx *head, *tail;
-	uint64_t *acks;
-	size_t nacks, cap;
 	size_t max_header; // the worker's largest AM header
 } hmc_amq;
 
 ucs_status_t hmc_am_init(ucp_worker_h w, hmc_amq *q);
 hmc_amrx *hmc_am_pop(hmc_amq *q);
-void *hmc_am_ack(ucp_ep_h ep, hmc_amrx *m, uint64_t seq, uint64_t status, ucs_status_t *st);
-void *hmc_am_data(ucp_ep_h ep, hmc_amrx *m, uint64_t seq, uint64_t status, size_t len, ucs_status_t *st);
-void *hmc_post_getv(uintptr_t ep, uintptr_t hdr, size_t hlen, ucs_status_t *st);
+void *hmc_am_answer(ucp_ep_h ep, hmc_amrx *m, unsigned id, uint64_t seq, uint64_t status, size_t len, ucs_status_t *st);
 void hmc_am_free(ucp_worker_h w, hmc_amrx *m);
 void hmc_am_drop(ucp_worker_h w, hmc_amq *q);
-void *hmc_post_am(uintptr_t ep, uintptr_t hdr, size_t hlen, size_t n, ucs_status_t *st);
+void *hmc_post_am(uintptr_t ep, unsigned id, uintptr_t hdr, size_t hlen, size_t n, ucs_status_t *st);
 int hmc_ep_rma_emulated(ucp_ep_h ep);
 
 #endif

@@ -52,7 +52,7 @@ type srvLink struct {
 	mu     sync.Mutex                   // guards acks
 	acks   map[buffer.Key]chan struct{} // revokes waiting for the peer's REVOKED
 	gone   chan struct{}                // closed when the link ends
-	grants *amGrants                    // version 3: what its PUTVs may write (am.go); nil before
+	grants *amGrants                    // version 3: what its PUTVs and GETVs may reach (am.go); nil before
 }
 
 func newSrvRegions(s *server, t *buffer.Table) *srvRegions {
@@ -164,7 +164,7 @@ func (r *srvRegions) mapFor(l *srvLink, reg *buffer.Region) ([]byte, uint8) {
 		r.mapped[reg.Key()] = sr
 	}
 	sr.resolvers[l] = struct{}{}
-	if l.grants != nil && reg.Bytes() != nil { // device memory is never written from a PUTV
+	if l.grants != nil && reg.Bytes() != nil { // device memory is never reached by PUTVs and GETVs
 		l.grants.grant(amSpan{key: reg.Key(), addr: reg.Addr(), mem: reg.Bytes()})
 	}
 	return sr.rkey, lsOK
@@ -194,7 +194,7 @@ func (r *srvRegions) fence(ctx context.Context, reg *buffer.Region) error {
 		// (and the memory reachable) rather than undo it under that peer's feet.
 		return ferr
 	}
-	for l := range sr.resolvers { // no PUTV reaches it from here on (one copying now holds the worker, as unregister needs it)
+	for l := range sr.resolvers { // no PUTV or GETV reaches it from here on (one copying now holds the worker, as unregister needs it)
 		if l.grants != nil {
 			l.grants.revoke(reg.Key())
 		}

@@ -277,6 +277,12 @@ func (e *endpoint) usable() error {
 	if e.closed.Load() {
 		return fmt.Errorf("ucx: endpoint: %w", status.ErrClosed)
 	}
+	return e.broken()
+}
+
+// broken says why the endpoint can no longer move bytes (its target's link ended, or UCX
+// failed the endpoint), or nil.
+func (e *endpoint) broken() error {
 	if p := e.dead.Load(); p != nil {
 		return *p
 	}

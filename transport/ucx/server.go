@@ -31,7 +31,7 @@ type server struct {
 	memh       C.ucp_mem_h
 	unregister func() // undoes the registration of region
 	region     []byte
-	cfgRegion  *buffer.ConnBuffer // region's buffer (Bytes nil: device memory)
+	onDevice   bool // region is device memory (never written or read by PUTVs and GETVs)
 	rkey       []byte
 	rank       uint32
 	accept     func(transport.PeerInfo)
@@ -54,6 +54,7 @@ func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error)
 		}
 		region = memory.HostSlice(cfg.Region.Ptr(), cfg.Region.Size()) // a device range, only ever handed to UCX
 	}
+	onDevice := cfg.Region.Bytes() == nil
 	l, err := net.Listen("tcp", cfg.BindAddr)
 	if err != nil {
 		return nil, fmt.Errorf("ucx: listen %s: %w: %w", cfg.BindAddr, status.ErrInvalidConfig, err)
@@ -63,7 +64,7 @@ func (t *Transport) Listen(cfg transport.ServerConfig) (transport.Server, error)
 		_ = l.Close()
 		return nil, err
 	}
-	s := &server{t: t, w: w, region: region, cfgRegion: cfg.Region, rank: cfg.Rank, accept: cfg.OnAccept, l: l}
+	s := &server{t: t, w: w, region: region, onDevice: onDevice, rank: cfg.Rank, accept: cfg.OnAccept, l: l}
 	if s.memh, s.unregister, err = w.register(region); err != nil {
 		_ = l.Close()
 		t.release()
@@ -113,10 +114,10 @@ func (s *server) serve(c net.Conn) {
 	wel := welcome{version: h.version, rank: s.rank, regionAddr: base, regionSize: uint64(len(s.region)), rkey: s.rkey, workerAddr: s.w.addr}
 	l := &srvLink{c: c, peer: h.rank, acks: make(map[buffer.Key]chan struct{}), gone: make(chan struct{})}
 	if h.version >= 3 {
-		// PUTVs of this link may write the server's region and the regions it resolves (am.go),
-		// from the welcome until the link ends.
+		// PUTVs and GETVs of this link may reach the server's region and the regions it
+		// resolves (am.go), from the welcome until the link ends.
 		l.grants = &amGrants{}
-		if s.cfgRegion.Bytes() != nil {
+		if !s.onDevice {
 			l.grants.grant(amSpan{addr: base, mem: s.region})
 		}
 		wel.token = newToken()

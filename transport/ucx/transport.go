@@ -44,8 +44,9 @@ type Config struct {
 	// hands out the worker address and rkeys: a peer that cannot prove it gets neither. UCX's
 	// own traffic is neither authenticated nor encrypted by it.
 	Auth auth.Config
-	// PiecewiseVectors posts every piece of a vector put as its own put even where UCX
-	// emulates RMA over tcp, instead of PUTV active messages (am.go): for comparison.
+	// PiecewiseVectors posts every piece of a vector put or get as its own put or get even
+	// where UCX emulates RMA over tcp, instead of PUTV / GETV active messages (am.go): for
+	// comparison.
 	// HMC_UCX_PIECEWISE=1 in the environment sets it.
 	PiecewiseVectors bool
 	rdma             bool

@@ -48,12 +48,12 @@ type worker struct {
 	kick     chan struct{} // makes the loop progress now: a waiter about to block, or stop (capacity 1)
 	done     chan struct{}
 
-	// Vector puts as active messages (am.go); guarded by pmu but amLinks.
+	// Vector puts and gets as active messages (am.go); guarded by pmu but amLinks.
 	amq     *C.hmc_amq              // the handlers' queues (C memory)
-	amWaits map[uint64]*amChunkWait // PUTVs sent, by seq, until their ACK
-	amSeq   uint64                  // the last PUTV's seq
+	amWaits map[uint64]*amChunkWait // PUTVs and GETVs sent, by seq, until their answer
+	amSeq   uint64                  // the last PUTV's or GETV's seq
 	amLinks sync.Map                // token -> *amGrants: the links of this worker's servers
-	amDsts  [][]byte                // scratch of applyPutv
+	amDsts  [][]byte                // scratch of amPieces
 	putvs   atomic.Uint64           // PUTVs applied (tests)
 	getvs   atomic.Uint64           // GETVs answered with their bytes (tests)
 }
@@ -244,7 +244,7 @@ func (w *worker) progress() bool {
 	if n > 0 {
 		active = w.complete(sts) || active
 	}
-	if w.amq.head != nil || w.amq.nacks > 0 { // after complete: ACKs sent here add requests
+	if w.amq.head != nil { // after complete: answers sent here add requests
 		active = w.amDrain() || active
 	}
 	return active
