@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -173,6 +174,10 @@ func bmMeasure(ctx context.Context, b *bm.BigMemory, cfg BMConfig, typ string, s
 		span = total
 	}
 	local := make([]byte, span)
+	// Big Memory is handed local's address, not the slice: without this the collector may
+	// free local in the middle of the copies (the runtime then finds the copier's views of it
+	// pointing into a free span and aborts the process).
+	defer runtime.KeepAlive(local)
 	fill(local, 0)
 	var src, dst uint64
 	var t bm.CopyType
