@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -748,21 +749,29 @@ func (ep *endpoint) pinForDevice(r *peerRegion, lp memory.Place) {
 	r.unpin = unpin
 }
 
-// vecScratch holds a vector copy's lists of destinations and sources between calls: a KV
-// batch of 512 blocks made 24 KiB of them per call, a garbage collection every few
-// milliseconds at tens of thousands of batches a second, whose mark worker takes a P from the
-// copy.
-type vecScratch struct{ dsts, srcs [][]byte }
+// vecScratch holds a vector copy's list of mapped ranges between calls: a KV batch of 512
+// blocks made 12 KiB of it per call, a garbage collection every few milliseconds at tens of
+// thousands of batches a second, whose mark worker takes a P from the copy.
+type vecScratch struct{ mapped [][]byte }
 
 var vecPool = sync.Pool{New: func() any { return new(vecScratch) }}
 
-// put clears the lists (they must not keep the pieces' memory alive) and pools them. The copy
-// is complete: no helper reads them after (a helper that comes late finds every piece claimed).
+// put clears the list (it must not keep the pieces' memory alive) and pools it. The copy is
+// complete: no helper reads it after (a helper that comes late finds every piece claimed).
 func (v *vecScratch) put() {
-	clear(v.dsts)
-	clear(v.srcs)
-	v.dsts, v.srcs = v.dsts[:0], v.srcs[:0]
+	clear(v.mapped)
+	v.mapped = v.mapped[:0]
 	vecPool.Put(v)
+}
+
+// holds says whether r, a region with a mapping, holds the n bytes rem names, and at which
+// offset in its mapping.
+func (r *peerRegion) holds(rem transport.Remote, n uint64) (uint64, bool) {
+	if rem.Key == 0 {
+		off := rem.Addr - r.addr
+		return off, rem.Addr >= r.addr && off <= r.size && n <= r.size-off
+	}
+	return rem.Addr, rem.Key == r.key && rem.Addr <= r.size && n <= r.size-rem.Addr
 }
 
 // WriteVAsync implements transport.VectorRMA: the pieces are copied into the target's mappings
@@ -793,35 +802,34 @@ func (ep *endpoint) rmaVector(ctx context.Context, write bool, bufs [][]byte, re
 			exit(r)
 		}
 	}()
-	// find returns an entered region holding n bytes at rem, and the offset there.
-	find := func(rem transport.Remote, n uint64) (*peerRegion, uint64) {
-		for j := len(entered) - 1; j >= 0; j-- {
-			r := entered[j]
-			switch {
-			case rem.Key == 0 && rem.Addr >= r.addr && rem.Addr-r.addr <= r.size && n <= r.size-(rem.Addr-r.addr):
-				return r, rem.Addr - r.addr
-			case rem.Key != 0 && rem.Key == r.key && rem.Addr <= r.size && n <= r.size-rem.Addr:
-				return r, rem.Addr
-			}
-		}
-		return nil, 0
-	}
+	// mapped[i] is piece i's range in the target's mapping, nil where the piece is empty or
+	// was moved on its own: the caller's list is the vector copy's other side as it is.
 	v := vecPool.Get().(*vecScratch)
-	dsts, srcs := v.dsts[:0], v.srcs[:0]
+	mapped := slices.Grow(v.mapped[:0], len(bufs))[:len(bufs)]
 	defer func() {
-		v.dsts, v.srcs = dsts, srcs // grown: kept for the next vector
+		v.mapped = mapped // grown: kept for the next vector
 		v.put()
 	}()
+	var last *peerRegion // the region the previous piece was in: a KV batch's next piece mostly is
 	for i, b := range bufs {
 		n := uint64(len(b))
 		rem := remotes[i]
+		mapped[i] = nil
 		if n == 0 {
 			continue
 		}
-		r, off := (*peerRegion)(nil), uint64(0)
+		r, off := last, uint64(0)
 		alone := rem.Key == transport.DefaultRegion
 		if !alone {
-			if r, off = find(rem, n); r == nil {
+			var in bool
+			if r != nil {
+				off, in = r.holds(rem, n)
+			}
+			for j := len(entered) - 1; !in && j >= 0; j-- {
+				r = entered[j]
+				off, in = r.holds(rem, n)
+			}
+			if !in {
 				var err error
 				if r, off, err = ep.enterResolved(ctx, rem, n); err != nil {
 					return nil, fmt.Errorf("shm: piece %d: %w", i, err)
@@ -844,13 +852,13 @@ func (ep *endpoint) rmaVector(ctx context.Context, write bool, bufs [][]byte, re
 			}
 			continue
 		}
-		m := r.mem[off : off+n]
-		if write {
-			dsts, srcs = append(dsts, m), append(srcs, b)
-		} else {
-			dsts, srcs = append(dsts, b), append(srcs, m)
-		}
+		last = r
+		mapped[i] = r.mem[off : off+n : off+n]
 	}
-	copyVWith(&ep.cfg, ep.helpers, dsts, srcs)
+	if write {
+		copyVWith(&ep.cfg, ep.helpers, mapped, bufs)
+	} else {
+		copyVWith(&ep.cfg, ep.helpers, bufs, mapped)
+	}
 	return transport.Succeeded(), nil
 }
