@@ -73,6 +73,9 @@ func (o *Op) closeDone() {
 // completed says whether every part has finished.
 func (o *Op) completed() bool { return o.parts.Load() <= 0 }
 
+// Completed says whether the Op is done (without waiting, and without making Done's channel).
+func (o *Op) Completed() bool { return o.completed() }
+
 // Done returns a channel closed when the Op completes.
 func (o *Op) Done() <-chan struct{} {
 	o.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -123,12 +124,16 @@ func (e *Engine) Transfer(ctx context.Context, peer string, reqs []Request, noti
 		return err
 	}
 	defer e.wg.Done()
-	wctx, cancel := e.bound(ctx)
-	defer cancel()
-	bctx, bcancel := context.WithTimeout(wctx, e.cfg.Timeout)
-	defer bcancel()
+	// The batch is bounded by Config.Timeout within the caller's ctx; a batch whose ops all
+	// completed while posted (shared memory) has nothing to wait for, and skips the timer.
+	bctx := ctx
+	if notify != nil || slices.ContainsFunc(ops, func(o *transport.Op) bool { return !o.Completed() }) {
+		var cancel context.CancelFunc
+		bctx, cancel = context.WithTimeout(ctx, e.cfg.Timeout)
+		defer cancel()
+	}
 	_, err = e.finish(bctx, peer, p, ops, kind, ep, notify)
-	if err != nil && status.FromContext(wctx) != nil && errors.Is(err, status.ErrTimeout) {
+	if err != nil && bctx.Err() != nil && errors.Is(err, status.ErrTimeout) {
 		return fmt.Errorf("trans: batch of %d requests to %s: %w", len(reqs), peer, err)
 	}
 	return err
