@@ -287,7 +287,20 @@ func (m *Manager) pump(p *peer, pc *pconn, want chan Message, stop <-chan struct
 		if err != nil {
 			return Message{}, err
 		}
-		pc.held = &msg // delivered, or returned if it is want's, at the top
+		if q, err := p.queue(msg.Type); err == nil {
+			if q == want {
+				return msg, nil
+			}
+			select {
+			case q <- msg:
+				continue
+			default:
+			}
+		}
+		// A full inbox (or a type without one): held, and delivered at the top. Only this
+		// copy goes to the heap, not every frame.
+		held := msg
+		pc.held = &held
 	}
 }
 
@@ -444,15 +457,37 @@ func (m *Manager) Send(ctx context.Context, id uint32, t MsgType, flags uint16, 
 	if uint64(len(payload)) > uint64(m.cfg.MaxFrame) || uint64(len(payload)) > math.MaxUint32 {
 		return fmt.Errorf("ctrl: send of %d bytes exceeds the frame cap %d: %w", len(payload), m.cfg.MaxFrame, status.ErrInvalidConfig)
 	}
-	p, err := m.peerFor(id)
+	pc, err := m.connFor(ctx, id)
 	if err != nil {
 		return err
 	}
-	pc, err := m.waitConn(ctx, p)
-	if err != nil {
+	if err := pc.writeFrame(ctx, MakeHeader(t, flags, uint32(len(payload))), payload); err != nil {
 		return fmt.Errorf("ctrl: send to rank %d: %w", id, err)
 	}
-	if err := pc.writeFrame(ctx, MakeHeader(t, flags, uint32(len(payload))), payload); err != nil {
+	return nil
+}
+
+// connFor returns rank id's connection, waiting (bounded by ctx) for the rank to connect if it
+// never has.
+func (m *Manager) connFor(ctx context.Context, id uint32) (*pconn, error) {
+	p, err := m.peerFor(id)
+	if err != nil {
+		return nil, err
+	}
+	pc, err := m.waitConn(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("ctrl: send to rank %d: %w", id, err)
+	}
+	return pc, nil
+}
+
+// sendWord sends a TypeInt frame of the n low bytes of v, little-endian (SendU64, SendInt).
+func (m *Manager) sendWord(ctx context.Context, id uint32, v uint64, n uint32) error {
+	pc, err := m.connFor(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := pc.writeWord(ctx, MakeHeader(TypeInt, 0, n), v); err != nil {
 		return fmt.Errorf("ctrl: send to rank %d: %w", id, err)
 	}
 	return nil
@@ -463,38 +498,62 @@ var longAgo = time.Unix(1, 0)
 func (pc *pconn) writeFrame(ctx context.Context, h Header, payload []byte) error {
 	pc.wmu.Lock()
 	defer pc.wmu.Unlock()
-	// ctx's end interrupts a blocked write; no write deadline per frame (a runtime timer per
-	// frame wakes the netpoller, see linger).
-	if pc.fc != nil {
-		pc.fc.SetWriteContext(ctx) // nothing to arm until a write waits; kept, as the reads'
-	} else if ctx.Done() != nil {
-		fired := make(chan struct{})
-		stop := context.AfterFunc(ctx, func() {
-			_ = pc.c.SetWriteDeadline(longAgo) // interrupts a blocked write
-			close(fired)
-		})
-		defer func() {
-			if !stop() {
-				<-fired // let it finish, then clear it for the next frame
-				_ = pc.c.SetWriteDeadline(time.Time{})
-			}
-		}()
-	}
+	defer pc.writeBound(ctx)()
 	var (
 		n   int64
 		err error
 	)
+	b := append(pc.scratch[:0], h[:]...) // h itself stays on the caller's stack
 	if len(payload) <= smallFrame {
-		b := append(append(pc.scratch[:0], h[:]...), payload...)
 		var nn int
-		nn, err = pc.c.Write(b)
+		nn, err = pc.c.Write(append(b, payload...))
 		n = int64(nn)
 	} else if pc.fc != nil { // one writev, as net.Buffers makes for the runtime's sockets
-		n, err = pc.fc.WriteBuffers([][]byte{h[:], payload})
+		n, err = pc.fc.WriteBuffers([][]byte{b, payload})
 	} else {
-		bufs := net.Buffers{h[:], payload}
+		bufs := net.Buffers{b, payload}
 		n, err = bufs.WriteTo(pc.c)
 	}
+	return pc.writeErr(ctx, n, err)
+}
+
+// writeWord writes a frame of header h and the h.Length() low bytes of v, little-endian: a
+// u64 or an int sent without its bytes escaping to the heap, as a payload slice does.
+func (pc *pconn) writeWord(ctx context.Context, h Header, v uint64) error {
+	pc.wmu.Lock()
+	defer pc.wmu.Unlock()
+	defer pc.writeBound(ctx)()
+	b := binary.LittleEndian.AppendUint64(append(pc.scratch[:0], h[:]...), v)
+	n, err := pc.c.Write(b[:HeaderSize+h.Length()])
+	return pc.writeErr(ctx, int64(n), err)
+}
+
+// writeBound makes ctx's end interrupt a blocked write and returns what undoes it after the
+// frame; no write deadline per frame (a runtime timer per frame wakes the netpoller, see
+// linger). The caller holds wmu.
+func (pc *pconn) writeBound(ctx context.Context) (undo func()) {
+	if pc.fc != nil {
+		pc.fc.SetWriteContext(ctx) // nothing to arm until a write waits; kept, as the reads'
+		return func() {}
+	}
+	if ctx.Done() == nil {
+		return func() {}
+	}
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = pc.c.SetWriteDeadline(longAgo) // interrupts a blocked write
+		close(fired)
+	})
+	return func() {
+		if !stop() {
+			<-fired // let it finish, then clear it for the next frame
+			_ = pc.c.SetWriteDeadline(time.Time{})
+		}
+	}
+}
+
+// writeErr is a frame's write error, n bytes of it written: nil, ctx's end, or the peer's.
+func (pc *pconn) writeErr(ctx context.Context, n int64, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -660,9 +719,7 @@ func (m *Manager) waitToken(ctx context.Context, p *peer, pc *pconn, q chan Mess
 
 // SendU64 sends a TypeInt frame with an 8-byte payload (upstream sendU64; HMC's tags).
 func (m *Manager) SendU64(ctx context.Context, id uint32, v uint64) error {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], v)
-	return m.Send(ctx, id, TypeInt, 0, b[:])
+	return m.sendWord(ctx, id, v, 8)
 }
 
 // RecvU64 receives a TypeInt frame with an 8-byte payload. A message of another type or size is
@@ -677,9 +734,7 @@ func (m *Manager) RecvU64(ctx context.Context, id uint32) (uint64, error) {
 
 // SendInt sends a TypeInt frame with a 4-byte payload (upstream sendInt).
 func (m *Manager) SendInt(ctx context.Context, id uint32, v int32) error {
-	var b [4]byte
-	binary.LittleEndian.PutUint32(b[:], uint32(v))
-	return m.Send(ctx, id, TypeInt, 0, b[:])
+	return m.sendWord(ctx, id, uint64(uint32(v)), 4)
 }
 
 // RecvInt receives a TypeInt frame with a 4-byte payload.
