@@ -15,7 +15,7 @@ var layers = map[string]int{
 	"comm": 4, "collective": 5, "metrics": 5, "fabric/internal/gva": 5, "fabric/internal/mesh": 5, "fabric/internal/rpc": 5, "fabric/internal/startup": 5,
 	"fabric/trans": 6, "fabric/shmem": 6,
 	"fabric/bm": 6, "fabric/kv": 7,
-	"": 7, "bench": 7, "cmd/hmc": 8, "capi": 8, "scripts/soakd": 8,
+	"": 7, "bench": 7, "cmd/hmc": 8, "capi": 8, "scripts/soakd": 8, "bench/peers/goping": 8,
 	"capi/internal/cabi": 8, "capi/internal/hmcapi": 8, "capi/internal/kvapi": 8, "capi/internal/storeapi": 8, "capi/internal/transapi": 8, "capi/internal/smemapi": 8,
 }
 
