@@ -214,34 +214,42 @@ func pairs(a, b *C.uint64_t, n C.uint64_t) ([]uint64, []uint64, error) {
 	return unsafe.Slice((*uint64)(unsafe.Pointer(a)), int(n)), unsafe.Slice((*uint64)(unsafe.Pointer(b)), int(n)), nil
 }
 
-func requests(op C.int, locals, remotes, sizes *C.uint64_t, n C.uint64_t) ([]trans.Request, error) {
+// requests turns the caller's arrays into n requests, in buf's array when it holds n (a
+// synchronous call's pooled list), and returns their total size.
+func requests(op C.int, locals, remotes, sizes *C.uint64_t, n C.uint64_t, buf []trans.Request) ([]trans.Request, uint64, error) {
 	l, r, err := pairs(locals, remotes, n)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if sizes == nil {
-		return nil, fmt.Errorf("hmc: no sizes: %w", status.ErrInvalidConfig)
+		return nil, 0, fmt.Errorf("hmc: no sizes: %w", status.ErrInvalidConfig)
 	}
 	s := unsafe.Slice((*uint64)(unsafe.Pointer(sizes)), int(n))
-	reqs := make([]trans.Request, n)
-	for i := range reqs {
-		if l[i]+s[i] < l[i] || r[i]+s[i] < r[i] {
-			return nil, fmt.Errorf("hmc: entry %d: %d bytes at %#x (local) / %#x (peer) run past the address space: %w", i, s[i], l[i], r[i], status.ErrInvalidConfig)
-		}
-		reqs[i] = trans.Request{Op: trans.Opcode(op), Local: l[i], Remote: r[i], Size: s[i]}
-	}
-	return reqs, nil
-}
-
-// perMiB is Mooncake's allowance for a synchronous batch: timeoutMS plus 1 ms per MiB it
-// moves (timeoutMS 0: the default, left as it is).
-func perMiB(timeoutMS C.int, reqs []trans.Request) C.int {
-	if timeoutMS <= 0 {
-		return timeoutMS
+	reqs := buf[:0]
+	if uint64(cap(buf)) < uint64(n) {
+		reqs = make([]trans.Request, 0, n)
 	}
 	var total uint64
-	for _, q := range reqs {
-		total += q.Size
+	for i := range s {
+		if l[i]+s[i] < l[i] || r[i]+s[i] < r[i] {
+			return nil, 0, fmt.Errorf("hmc: entry %d: %d bytes at %#x (local) / %#x (peer) run past the address space: %w", i, s[i], l[i], r[i], status.ErrInvalidConfig)
+		}
+		reqs = append(reqs, trans.Request{Op: trans.Opcode(op), Local: l[i], Remote: r[i], Size: s[i]})
+		total += s[i]
+	}
+	return reqs, total, nil
+}
+
+// reqPool keeps synchronous calls' request lists: a batch of 1,024 blocks made 32 KiB of
+// garbage per call, a collection every hundred-odd calls from Python. The engine holds none of
+// a synchronous batch's requests once Transfer has returned.
+var reqPool = sync.Pool{New: func() any { return new([]trans.Request) }}
+
+// perMiB is Mooncake's allowance for a synchronous batch of total bytes: timeoutMS plus 1 ms
+// per MiB it moves (timeoutMS 0: the default, left as it is).
+func perMiB(timeoutMS C.int, total uint64) C.int {
+	if timeoutMS <= 0 {
+		return timeoutMS
 	}
 	return C.int(min(int64(timeoutMS)+int64(total>>20), 1<<31-1))
 }
@@ -259,11 +267,14 @@ func notify(msg *C.char) *trans.Notify {
 //export hmc_trans_transfer
 func hmc_trans_transfer(h C.uint64_t, peer *C.char, op C.int, locals, remotes, sizes *C.uint64_t, n C.uint64_t, notifyMsg *C.char, timeoutMS C.int) C.int {
 	return onEngine(h, func(en *engine) error {
-		reqs, err := requests(op, locals, remotes, sizes, n)
+		pooled := reqPool.Get().(*[]trans.Request)
+		defer reqPool.Put(pooled)
+		reqs, total, err := requests(op, locals, remotes, sizes, n, *pooled)
 		if err != nil {
 			return err
 		}
-		ctx, cancel := deadline(perMiB(timeoutMS, reqs))
+		*pooled = reqs // grown: kept for the next call
+		ctx, cancel := deadline(perMiB(timeoutMS, total))
 		defer cancel()
 		return en.e.Transfer(ctx, goString(peer), reqs, notify(notifyMsg))
 	})
@@ -274,7 +285,7 @@ func hmc_trans_transfer(h C.uint64_t, peer *C.char, op C.int, locals, remotes, s
 //export hmc_trans_submit
 func hmc_trans_submit(h C.uint64_t, peer *C.char, op C.int, locals, remotes, sizes *C.uint64_t, n C.uint64_t, notifyMsg *C.char, out *C.uint64_t) C.int {
 	return onEngine(h, func(en *engine) error {
-		reqs, err := requests(op, locals, remotes, sizes, n)
+		reqs, _, err := requests(op, locals, remotes, sizes, n, nil) // the batch keeps them
 		if err != nil {
 			return err
 		}
