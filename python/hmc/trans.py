@@ -176,6 +176,31 @@ class _Mismatch(ValueError):
     """Lists of different lengths: Mooncake's calls return their failure value for it."""
 
 
+def _u64_addr(vals):
+    """The address of vals' memory when it is a one-dimensional, C-contiguous NumPy array of
+    8-byte unsigned integers (what the KV connectors build): nothing to check or convert;
+    else None."""
+    if type(vals).__name__ != "ndarray" or vals.ndim != 1 or vals.dtype.kind != "u" or vals.dtype.itemsize != 8 \
+            or not vals.flags.c_contiguous or not len(vals):
+        return None
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(vals))  # a third of .ctypes.data's cost
+    except (TypeError, ValueError):  # read-only
+        return vals.ctypes.data
+
+
+def _fast_batch(buffers, peer_buffer_addresses, lengths):
+    """(n, three addresses) for three such arrays of one length within the batch limit, else
+    None (the checked path, which also names what is wrong)."""
+    n = len(lengths) if type(lengths).__name__ == "ndarray" else -1
+    if n < 1 or n > _MAX_BATCH or len(buffers) != n or len(peer_buffer_addresses) != n:
+        return None
+    a, b, c = _u64_addr(buffers), _u64_addr(peer_buffer_addresses), _u64_addr(lengths)
+    if a is None or b is None or c is None:
+        return None
+    return n, a, b, c
+
+
 def _batch(buffers, peer_buffer_addresses, lengths):
     """Checked (locals, remotes, sizes), or ValueError."""
     _list("buffers", buffers)
@@ -616,17 +641,22 @@ class TransferEngine:
     # ---- transfers ----------------------------------------------------------------------------
 
     def _sync(self, what, target, op, buffers, peers, lengths, notify=None):
-        try:
-            locs, rems, lens = _batch(buffers, peers, lengths)
-        except _Mismatch as e:
-            self._fail(f"{what}: {e}")
-            return -1
+        fast = _fast_batch(buffers, peers, lengths)
+        if fast is not None:
+            n, pl, pr, ps = fast
+        else:
+            try:
+                locs, rems, lens = _batch(buffers, peers, lengths)
+            except _Mismatch as e:
+                self._fail(f"{what}: {e}")
+                return -1
+            n, pl, pr, ps = len(lens), _arr(locs), _arr(rems), _arr(lens)
         if not self._ready(what):
             return -1
-        if not len(lens):
+        if not n:
             self.last_error = ""
             return 0
-        rc = _L.hmc_trans_transfer(self._h, _b(target), int(op), _arr(locs), _arr(rems), _arr(lens), len(lens), None,
+        rc = _L.hmc_trans_transfer(self._h, _b(target), int(op), pl, pr, ps, n, None,
                                    self.timeout_ms)  # the library adds 1 ms per MiB, as Mooncake
         if self._rc(rc, what) != 0:
             return -1

@@ -139,6 +139,34 @@ def test_batch_numpy_lists(side):
     assert "entry 5" in te.last_error and "address space" in te.last_error, te.last_error
 
 
+def test_batch_numpy_uint64_fast_path(side):
+    # Three one-dimensional uint64 arrays go to the library by address, unchecked in Python:
+    # the bytes land and read back; a read-only array, a strided view and arrays of different
+    # lengths take the checked path and behave as there.
+    import numpy as np
+    te, target = side.te, side.target
+    srcs, dsts = _pieces(side)
+    u = lambda v: np.array(v, dtype=np.uint64)  # noqa: E731
+    data, lens = _fill(te, srcs)
+    assert te.batch_transfer_sync_write(target, u(srcs), u(dsts), u(lens)) == 0, te.last_error
+    _clear(te, srcs, lens)
+    ro = u(dsts)
+    ro.flags.writeable = False
+    assert te.batch_transfer_sync_read(target, u(srcs), ro, u(lens)) == 0, te.last_error
+    assert [te.read_bytes_from_buffer(a, n) for a, n in zip(srcs, lens)] == data
+    _clear(te, srcs, lens)
+    every = np.empty(2 * len(dsts), dtype=np.uint64)
+    every[::2] = dsts
+    assert te.batch_transfer_sync_read(target, u(srcs), every[::2], u(lens)) == 0, te.last_error
+    assert [te.read_bytes_from_buffer(a, n) for a, n in zip(srcs, lens)] == data
+    assert te.batch_transfer_sync_write(target, u(srcs), u(dsts)[:-1], u(lens)) == -1
+    assert "different lengths" in te.last_error, te.last_error
+    wrap = u(dsts)
+    wrap[5] = (1 << 64) - 16
+    assert te.batch_transfer_sync_write(target, u(srcs), wrap, u(lens)) == -1
+    assert "entry 5" in te.last_error and "address space" in te.last_error, te.last_error
+
+
 def test_batch_async_write_read(side):
     te, target = side.te, side.target
     srcs, dsts = _pieces(side)
