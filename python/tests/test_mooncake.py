@@ -366,3 +366,22 @@ def test_device_memory_registered(compat_dir):
     assert r.returncode == 0, r.stderr
     # What follows the allocation: host memory under the emulation, anything on a real device.
     assert r.stdout.startswith("ok ") and "ends in" in r.stdout, r.stdout
+
+
+def test_batch_uniform_lengths(side):
+    # A list of equal lengths is converted in one pass; one that differs anywhere, or holds a
+    # non-int, takes the per-entry path (the bytes land either way; a bad entry is named).
+    te, target = side.te, side.target
+    srcs, dsts = _pieces(side)
+    n = min(len(srcs), 8)
+    srcs, dsts = srcs[:n], dsts[:n]
+    for lens in ([100] * n, [100] * (n - 1) + [99]):
+        data = [rand_bytes(k) for k in lens]
+        for a, d in zip(srcs, data):
+            assert te.write_bytes_to_buffer(a, d, len(d)) == 0, te.last_error
+        assert te.batch_transfer_sync_write(target, srcs, dsts, lens) == 0, te.last_error
+        _clear(te, srcs, lens)
+        assert te.batch_transfer_sync_read(target, srcs, dsts, lens) == 0, te.last_error
+        assert [te.read_bytes_from_buffer(a, k) for a, k in zip(srcs, lens)] == data
+    with pytest.raises(TypeError, match=r"lengths\[2\]"):
+        te.batch_transfer_sync_write(target, srcs, dsts, [100, 100, "x"] + [100] * (n - 3))
