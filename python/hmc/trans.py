@@ -180,8 +180,9 @@ def _u64_addr(vals):
     """The address of vals' memory when it is a one-dimensional, C-contiguous NumPy array of
     8-byte unsigned integers (what the KV connectors build): nothing to check or convert;
     else None."""
-    if type(vals).__name__ != "ndarray" or vals.ndim != 1 or vals.dtype.kind != "u" or vals.dtype.itemsize != 8 \
-            or not vals.flags.c_contiguous or not len(vals):
+    t = type(vals)
+    if t.__name__ != "ndarray" or t.__module__ != "numpy" or vals.ndim != 1 or vals.dtype.kind != "u" \
+            or vals.dtype.itemsize != 8 or not vals.flags.c_contiguous or not len(vals):
         return None
     try:
         return ctypes.addressof(ctypes.c_char.from_buffer(vals))  # a third of .ctypes.data's cost
@@ -192,11 +193,12 @@ def _u64_addr(vals):
 def _fast_batch(buffers, peer_buffer_addresses, lengths):
     """(n, three addresses) for three such arrays of one length within the batch limit, else
     None (the checked path, which also names what is wrong)."""
-    n = len(lengths) if type(lengths).__name__ == "ndarray" else -1
-    if n < 1 or n > _MAX_BATCH or len(buffers) != n or len(peer_buffer_addresses) != n:
+    c = _u64_addr(lengths)
+    if c is None:
         return None
-    a, b, c = _u64_addr(buffers), _u64_addr(peer_buffer_addresses), _u64_addr(lengths)
-    if a is None or b is None or c is None:
+    a, b = _u64_addr(buffers), _u64_addr(peer_buffer_addresses)
+    n = len(lengths)
+    if a is None or b is None or n > _MAX_BATCH or len(buffers) != n or len(peer_buffer_addresses) != n:
         return None
     return n, a, b, c
 
