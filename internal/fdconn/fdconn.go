@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hmc-go/hmc/internal/racebuild"
 )
 
 // Conn is a connected stream socket read and written with blocking system calls: the
@@ -247,7 +249,7 @@ func (c *Conn) op(h *half, b []byte, bufs [][]byte) (int, error) {
 	switch {
 	case h == &c.rd:
 		return syscall.Read(c.fd, b)
-	case bufs != nil && !raceEnabled:
+	case bufs != nil && !racebuild.Enabled:
 		return unix.Writev(c.fd, bufs)
 	case bufs != nil:
 		return syscall.Write(c.fd, bufs[0]) // one by one, through the sync point

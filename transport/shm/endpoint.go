@@ -17,6 +17,7 @@ import (
 
 	"github.com/hmc-go/hmc/auth"
 	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/internal/racebuild"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
@@ -598,7 +599,7 @@ const movsbMin = 4 << 10
 
 // haveMovsb says whether pieceCopy uses `rep movsb`: on CPUs with ERMS, and not under the race
 // detector, which sees only instrumented copies (tests call movsb itself).
-var haveMovsb = hasERMS() && !raceEnabled
+var haveMovsb = hasERMS() && !racebuild.Enabled
 
 // pieceCopy copies src to dst: from libcMin with glibc's memcpy when it is loadable and the
 // transfer is not far beyond the caches (`rep movsb`, faster than Go's AVX loop there), from

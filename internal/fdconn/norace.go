@@ -1,5 +1,0 @@
-//go:build !race
-
-package fdconn
-
-const raceEnabled = false
