@@ -3,7 +3,6 @@
 package ucx
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -15,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/internal/childtest"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
@@ -239,19 +239,10 @@ func maybeVectorTarget() {
 // never comes.
 func TestVectorPutTwoProcesses(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), vectorTargetEnv+"=1", "UCX_TLS=tcp")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	_, lines := childtest.Start(t, cmd, 4, vectorTargetEnv+"=1", "UCX_TLS=tcp")
 	var addr string
 	var key buffer.Key
-	if _, err := fmt.Fscanf(bufio.NewReader(out), "READY %s %d\n", &addr, &key); err != nil {
+	if _, err := fmt.Sscanf(<-lines, "READY %s %d", &addr, &key); err != nil {
 		t.Fatal(err)
 	}
 	tr, err := New(Config{TLS: "tcp"})
