@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/hmc-go/hmc/buffer"
-	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/transport"
 	"github.com/hmc-go/hmc/transport/transporttest"
 )
@@ -26,7 +24,7 @@ func BenchmarkVector(b *testing.B) {
 				return tr
 			}, Addr: abstractName}.NewRMAPair(b)
 			v := p.RMA.(transport.VectorRMA)
-			tgt, src := benchBuf(b, 2*n*s), benchBuf(b, 2*n*s)
+			tgt, src := transporttest.HostBuf(b, 2*n*s), transporttest.HostBuf(b, 2*n*s)
 			reg, err := p.Table.RegisterBuffer(tgt)
 			if err != nil {
 				b.Fatal(err)
@@ -60,13 +58,4 @@ func BenchmarkVector(b *testing.B) {
 			}
 		}
 	}
-}
-
-func benchBuf(b *testing.B, n uint64) *buffer.ConnBuffer {
-	c, err := buffer.New(0, n, memory.CPU)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
-	return c
 }
