@@ -158,6 +158,7 @@ def _after_fork_in_child():
     global _forked
     if _loaded is not None:
         _forked = True
+        LIB.__dict__.clear()  # every look-up goes through load() again, which raises ForkError
 
 
 if hasattr(os, "register_at_fork"):
@@ -194,11 +195,75 @@ def is_loaded():
     return _loaded is not None
 
 
+# hmc_py_u64s (capi/internal/transapi/pylist.c) reads a list of ints in one C pass; it must know
+# this interpreter's object layout, so it is used only where that is known and a probe of known
+# values converts right.
+_conv = None      # the GIL-holding function once probed, False where it cannot be used
+_PROBE = [0, 1, 2**30 - 1, 2**30, 2**47 + 12345, 2**60 - 1, 2**60, 2**63 + 7, 2**64 - 1]
+
+
+def _layout():
+    """hmc_py_u64s's layout code for this interpreter (pylist.c), 0 for none it knows."""
+    import sys
+    import sysconfig
+    if sys.implementation.name != "cpython" or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return 0
+    if sys.int_info.bits_per_digit != 30 or sys.int_info.sizeof_digit != 4:
+        return 0
+    if hasattr(sys, "getobjects") or sysconfig.get_config_var("Py_GIL_DISABLED"):  # other headers
+        return 0
+    v = sys.version_info[:2]
+    return 1 if v <= (3, 11) else 2 if v <= (3, 14) else 0
+
+
+def _probe(lib):
+    layout = _layout()
+    if not layout:
+        return False
+    try:
+        proto = ctypes.PYFUNCTYPE(ctypes.c_int64, ctypes.py_object, _ptr, _ptr, _int, _ptr, ctypes.c_int64)
+        raw = proto(("hmc_py_u64s", lib))  # PYFUNCTYPE: the GIL stays held while it reads
+    except AttributeError:  # an older library
+        return False
+    lt, it = id(list), id(int)
+
+    def conv(vals):
+        n = len(vals)
+        out = (_u64 * n)()
+        return out if raw(vals, lt, it, layout, out, n) == n else None
+
+    good = conv(_PROBE)
+    if good is None or list(good) != _PROBE:
+        return False
+    for bad in ([-1], [2**64], [True], [1.0], [2**90]):
+        if conv(bad) is not None:
+            return False
+    return conv
+
+
+def u64_list(vals):
+    """vals, a list of ints in 0..2^64-1, as a ctypes uint64 array filled in one C pass, or None
+    where that cannot be done (not a list, an entry that is not a plain int in range, an
+    interpreter whose layout is unknown, the library not loaded): the caller converts its usual
+    way, which names a wrong entry."""
+    global _conv
+    if type(vals) is not list or _loaded is None or _forked:
+        return None
+    if _conv is None:
+        with _lock:
+            if _conv is None:
+                _conv = _probe(_loaded)
+    return _conv(vals) if _conv else None
+
+
 class _Lazy:
     """Stands for the library: the first attribute looked up loads it."""
 
     def __getattr__(self, name):
-        return getattr(load(), name)
+        f = getattr(load(), name)
+        if name.startswith("hmc_") or name.startswith("smem_"):
+            self.__dict__[name] = f  # found directly from now on (0.25 µs a call less) until fork
+        return f
 
 
 def loaded_path():

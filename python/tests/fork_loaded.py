@@ -14,6 +14,8 @@ def child(q, te):
     errs = []
     for call in (lambda: TransferEngine().initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", ""),
                  lambda: te.send_probe(te.get_local_hostname()),
+                 # calls the parent made before fork (the library's functions are then cached)
+                 lambda: te.batch_transfer_sync_write(te.get_local_hostname(), [1 << 40], [1 << 41], [64]),
                  lambda: hmc.memory_supported(1),
                  lambda: memfabric_hybrid.initialize()):
         try:
@@ -33,6 +35,8 @@ def spawned(q):
 def main():
     te = TransferEngine()
     assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    te.send_probe(te.get_local_hostname())
+    assert te.batch_transfer_sync_write(te.get_local_hostname(), [1 << 40], [1 << 41], [64]) == -1  # unregistered
     parent = os.getpid()
     ctx = mp.get_context("fork")
     q = ctx.Queue()
