@@ -356,12 +356,13 @@ int32_t hmc_kv_batch_remove(uint64_t client, uint64_t n, const char *keys, uint6
                             int32_t *out);
 int32_t hmc_kv_client_close(uint64_t client);
 
-/* For the Python package (python/hmc/_lib.py), not for C callers: a CPython list of ints as n
- * uint64_t in one pass, called with the GIL held; list_type and int_type are id(list) and
- * id(int), layout 1 for CPython up to 3.11, 2 for 3.12-3.14. Returns n, the index of the first
- * entry it did not convert (not a plain int in 0..2^64-1), or -1. */
-int64_t hmc_py_u64s(const void *list, const void *list_type, const void *int_type, int layout, uint64_t *out,
-                    int64_t n);
+/* For the Python package (python/hmc/_lib.py), not for C callers: the first nlists (1-3) of
+ * CPython lists a, b, c (n ints each) as uint64_t into out, one after another, in one pass,
+ * called with the GIL held; list_type and int_type are id(list) and id(int), layout 1 for
+ * CPython up to 3.11, 2 for 3.12-3.14. Returns n, or -1 where a list is not a list of n plain
+ * ints in 0..2^64-1. */
+int64_t hmc_py_u64s(int nlists, const void *a, const void *b, const void *c, const void *list_type,
+                    const void *int_type, int layout, uint64_t *out, int64_t n);
 
 #ifdef __cplusplus
 }

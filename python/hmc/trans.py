@@ -35,7 +35,7 @@ from enum import IntEnum
 from . import Status, _b, _seq, _u64, _u64s
 from . import device as _device
 from ._lib import LIB as _L
-from ._lib import u64_list as _u64_list
+from ._lib import u64_lists as _u64_lists
 
 __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "TransferStatus", "InnerTransferEngine",
            "Read", "Write", "SUPPORT_CUDA", "SUPPORT_HIP", "SUPPORT_EFA", "SUPPORT_MNNVL", "SUPPORT_MUSA",
@@ -148,7 +148,7 @@ def _arr(vals):
     uint64 array: its own memory, no copy), else a ctypes array of vals."""
     if isinstance(vals, array.array):
         return vals.buffer_info()[0] if len(vals) else None
-    if isinstance(vals, ctypes.Array):  # _lib.u64_list's
+    if isinstance(vals, ctypes.Array):  # _lib.u64_lists's
         return vals
     if type(vals).__module__ == "numpy":
         return vals.ctypes.data if len(vals) else None
@@ -157,7 +157,7 @@ def _arr(vals):
 
 def _vec(name, vals, conv=None):
     """vals as a contiguous array of uint64 in one pass: a list of plain ints in range filled by
-    the library's C loop (_lib.u64_list: 1.7 µs for 1,024 entries), array.array('Q') of other
+    the library's C loop (_lib.u64_lists: 1.7 µs for 1,024 entries), array.array('Q') of other
     sequences (its C loop checks every entry's type and range: 14-17 µs), a NumPy array of an integer dtype as uint64 (no copy
     for uint64; negatives refused). An entry it refuses, or one that needs conv (a tensor as an
     address), goes through the per-entry checker, which names it."""
@@ -169,7 +169,7 @@ def _vec(name, vals, conv=None):
             i = int(np.argmax(vals < 0))
             raise ValueError(f"{name}[{i}] must be in 0..{_U64 - 1}, got {int(vals[i])}")
         return np.ascontiguousarray(vals, dtype=np.uint64)
-    fast = _u64_list(vals)
+    fast = _u64_lists(vals)
     if fast is not None:
         return fast
     _seq(name, vals)
@@ -183,13 +183,22 @@ class _Mismatch(ValueError):
     """Lists of different lengths: Mooncake's calls return their failure value for it."""
 
 
+_ND = [None, None]  # numpy.ndarray and its native uint64 dtype, once an ndarray was seen
+
+
 def _u64_addr(vals):
     """The address of vals' memory when it is a one-dimensional, C-contiguous NumPy array of
-    8-byte unsigned integers (what the KV connectors build): nothing to check or convert;
-    else None."""
+    native 8-byte unsigned integers (what the KV connectors build): nothing to check or
+    convert; else None."""
     t = type(vals)
-    if t.__name__ != "ndarray" or t.__module__ != "numpy" or vals.ndim != 1 or vals.dtype.kind != "u" \
-            or vals.dtype.itemsize != 8 or not vals.flags.c_contiguous or not len(vals):
+    if t is not _ND[0]:
+        if t.__name__ != "ndarray" or t.__module__ != "numpy":
+            return None
+        import numpy
+        _ND[1], _ND[0] = numpy.dtype(numpy.uint64), t
+    # identity with numpy's own uint64 dtype (one check, not kind, size and byte order); an
+    # equal dtype that is another object takes the checked path, which accepts it
+    if vals.dtype is not _ND[1] or vals.ndim != 1 or not vals.flags.c_contiguous or not len(vals):
         return None
     try:
         return ctypes.addressof(ctypes.c_char.from_buffer(vals))  # a third of .ctypes.data's cost
@@ -211,19 +220,26 @@ def _fast_batch(buffers, peer_buffer_addresses, lengths):
 
 
 def _batch(buffers, peer_buffer_addresses, lengths):
-    """Checked (locals, remotes, sizes), or ValueError."""
+    """Checked (n, locals, remotes, sizes, keep) for the library: three uint64* (ints or ctypes
+    arrays) and what must live until the call returns; or ValueError."""
     _list("buffers", buffers)
     _list("peer_buffer_addresses", peer_buffer_addresses)
     _list("lengths", lengths)
-    if not (len(buffers) == len(peer_buffer_addresses) == len(lengths)):
+    n = len(lengths)
+    if not (len(buffers) == len(peer_buffer_addresses) == n):
         raise _Mismatch(f"buffers, peer_buffer_addresses and lengths have different lengths "
-                        f"({len(buffers)}, {len(peer_buffer_addresses)}, {len(lengths)})")
+                        f"({len(buffers)}, {len(peer_buffer_addresses)}, {n})")
+    fast = _u64_lists(buffers, peer_buffer_addresses, lengths) if n else None
+    if fast is not None:  # three lists of plain ints in range, converted in one C call
+        a = ctypes.addressof(fast)
+        return n, a, a + 8 * n, a + 16 * n, fast
     locs = _vec("buffers", buffers, _addr)
     rems = _vec("peer_buffer_addresses", peer_buffer_addresses)
     lens = _same(lengths)
     if lens is None:
         lens = _vec("lengths", lengths)
-    return locs, rems, lens  # a range past the address space: the library refuses the batch
+    # a range past the address space: the library refuses the batch
+    return n, _arr(locs), _arr(rems), _arr(lens), (locs, rems, lens)
 
 
 def _same(vals):
@@ -669,11 +685,10 @@ class TransferEngine:
             n, pl, pr, ps = fast
         else:
             try:
-                locs, rems, lens = _batch(buffers, peers, lengths)
+                n, pl, pr, ps, keep = _batch(buffers, peers, lengths)  # keep: pl, pr, ps's memory
             except _Mismatch as e:
                 self._fail(f"{what}: {e}")
                 return -1
-            n, pl, pr, ps = len(lens), _arr(locs), _arr(rems), _arr(lens)
         if not self._ready(what):
             return -1
         if not n:
@@ -692,18 +707,18 @@ class TransferEngine:
     def _submit(self, what, target, op, buffers, peers, lengths):
         """A batch id, or 0 (Mooncake's failure sentinel) with last_error set."""
         try:
-            locs, rems, lens = _batch(buffers, peers, lengths)
+            n, pl, pr, ps, keep = _batch(buffers, peers, lengths)  # keep: pl, pr, ps's memory
         except _Mismatch as e:
             self._fail(f"{what}: {e}")
             return 0
         if not self._ready(what):
             return 0
-        if not len(lens):
+        if not n:
             self.last_error = f"{what}: an empty batch"
             return 0
         out = ctypes.c_uint64()
-        rc = _L.hmc_trans_submit(self._h, _b(target), int(op), _arr(locs), _arr(rems), _arr(lens), len(lens), None,
-                                 ctypes.byref(out))
+        rc = _L.hmc_trans_submit(self._h, _b(target), int(op), pl, pr, ps, n, None, ctypes.byref(out))
+        del keep  # the library copied the lists
         if self._rc(rc, what) != 0:
             return 0
         return out.value
@@ -789,10 +804,12 @@ class TransferEngine:
         runs the transfer, and returns when it is done, raising RuntimeError on failure."""
         _hint(transport_hint)
         s = _u64("stream_ptr", stream_ptr)
-        locs, _, _ = _batch(buffers, peers, lengths)
+        n, pl, _, _, keep = _batch(buffers, peers, lengths)
+        first = ctypes.c_uint64.from_address(pl if isinstance(pl, int) else ctypes.addressof(pl)).value if n else 0
+        del keep
         if not self._ready(what):
             raise RuntimeError(f"{what}: {self.last_error}")
-        if _L.hmc_stream_sync(s, int(locs[0]) if len(locs) else 0) != 0:
+        if _L.hmc_stream_sync(s, first) != 0:
             msg = _L.hmc_last_error()
             raise RuntimeError(f"{what}: waiting for stream {s:#x}: {msg.decode() if msg else 'failed'}")
         if self._sync(what, target, op, buffers, peers, lengths) != 0:

@@ -99,13 +99,13 @@ _SIGNATURES = {
     "smem_trans_batch_register_mem": ([_ptr, ctypes.POINTER(_ptr), ctypes.POINTER(_size), _u32, _u32], _i32),
     "smem_trans_deregister_mem": ([_ptr, _ptr], _i32),
     "smem_trans_write": ([_ptr, _ptr, _str, _ptr, _size, _u32], _i32),
-    "smem_trans_batch_write": ([_ptr, ctypes.POINTER(_ptr), _str, ctypes.POINTER(_ptr), ctypes.POINTER(_size), _u32, _u32], _i32),
+    "smem_trans_batch_write": ([_ptr, _ptr, _str, _ptr, _ptr, _u32, _u32], _i32),
     "smem_trans_read": ([_ptr, _ptr, _str, _ptr, _size, _u32], _i32),
-    "smem_trans_batch_read": ([_ptr, ctypes.POINTER(_ptr), _str, ctypes.POINTER(_ptr), ctypes.POINTER(_size), _u32, _u32], _i32),
+    "smem_trans_batch_read": ([_ptr, _ptr, _str, _ptr, _ptr, _u32, _u32], _i32),
     "smem_trans_write_submit": ([_ptr, _ptr, _str, _ptr, _size, _ptr, _u32], _i32),
     "smem_trans_read_submit": ([_ptr, _ptr, _str, _ptr, _size, _ptr, _u32], _i32),
-    "smem_trans_batch_write_submit": ([_ptr, ctypes.POINTER(_ptr), _str, ctypes.POINTER(_ptr), ctypes.POINTER(_size), _u32, _ptr, _u32], _i32),
-    "smem_trans_batch_read_submit": ([_ptr, ctypes.POINTER(_ptr), _str, ctypes.POINTER(_ptr), ctypes.POINTER(_size), _u32, _ptr, _u32], _i32),
+    "smem_trans_batch_write_submit": ([_ptr, _ptr, _str, _ptr, _ptr, _u32, _ptr, _u32], _i32),
+    "smem_trans_batch_read_submit": ([_ptr, _ptr, _str, _ptr, _ptr, _u32, _ptr, _u32], _i32),
 }
 
 _lib.declare(_SIGNATURES)  # set when the library loads, at the first call
@@ -117,10 +117,10 @@ def b(s):
 
 def _array(ctype, vals, name, conv):
     """vals as a ctypes array of ctype: a list of plain ints in range filled in one C pass
-    (hmc._lib.u64_list: 1.7 µs for 1,024 entries, against about 60 for the checked per-entry
+    (hmc._lib.u64_lists: 1.7 µs for 1,024 entries, against about 100 for the checked per-entry
     conversion), anything else checked entry by entry (conv: an entry that is not an int, such
     as a tensor for an address), naming a wrong one."""
-    fast = _lib.u64_list(vals)
+    fast = _lib.u64_lists(vals)
     if fast is not None:
         return fast if ctype is _u64 else (ctype * len(fast)).from_buffer(fast)
     return (ctype * len(vals))(*_u64s(name, vals, conv))

@@ -1,8 +1,9 @@
-"""hmc._lib.u64_list: a list of ints read in one C pass (capi/internal/transapi/pylist.c) gives
+"""hmc._lib.u64_lists: lists of ints read in one C pass (capi/internal/transapi/pylist.c) gives
 the values array.array('Q') gives, at every digit boundary of CPython's 30-bit digits; any entry
 it cannot take whole (not a plain int, negative, 2**64 or more) makes it decline, so that the
 checked conversion runs and names the entry."""
 import array
+import ctypes
 import random
 
 import pytest
@@ -21,10 +22,13 @@ def test_values_at_digit_boundaries():
         edges += [2**k - 1, 2**k, 2**k + 1]
     rnd = random.Random(7)
     vals = edges + [rnd.getrandbits(rnd.randrange(1, 65)) for _ in range(5000)]
-    got = _lib.u64_list(vals)
+    got = _lib.u64_lists(vals)
     assert got is not None, "this interpreter's layout is known (CPython 3.0-3.14)"
     assert list(got) == list(array.array("Q", vals))
-    assert len(_lib.u64_list([])) == 0
+    assert len(_lib.u64_lists([])) == 0
+    three = _lib.u64_lists(vals, vals[::-1], vals)
+    assert list(three) == vals + vals[::-1] + vals
+    assert _lib.u64_lists(vals, vals[:-1]) is None  # of different lengths
 
 
 class Addr(int):
@@ -35,15 +39,17 @@ class Addr(int):
 def test_declines_what_it_cannot_take_whole(bad):
     for pos in (0, 7, 15):
         vals = [4096 * i for i in range(16)]
+        good = list(vals)
         vals[pos] = bad
-        assert _lib.u64_list(vals) is None, (bad, pos)
+        assert _lib.u64_lists(vals) is None, (bad, pos)
+        assert _lib.u64_lists(good, good, vals) is None, (bad, pos)  # in any of the three
 
 
 def test_declines_other_sequences():
     class L(list):
         pass
     for v in ((1, 2), L([1, 2]), array.array("Q", [1, 2]), range(3), "ab"):
-        assert _lib.u64_list(v) is None, v
+        assert _lib.u64_lists(v) is None, v
 
 
 def test_wrong_entries_still_named():
@@ -51,5 +57,8 @@ def test_wrong_entries_still_named():
         trans._batch([1, 2, 3], [1, 2, -3], [8, 8, 8])
     with pytest.raises(TypeError, match=r"lengths\[1\]"):
         trans._batch([1, 2], [1, 2], [8, "x"])
-    locs, rems, lens = trans._batch([1, 2**63], [Addr(5), 6], [8, 9])  # a subclass of int: the checked path
-    assert (list(locs), list(rems), list(lens)) == ([1, 2**63], [5, 6], [8, 9])
+    for lists in (([1, 2**63], [5, 6], [8, 9]), ([1, 2**63], [Addr(5), 6], [8, 9])):  # C; checked (a subclass)
+        n, a, b, c, keep = trans._batch(*lists)
+        got = [list((ctypes.c_uint64 * n).from_address(p if isinstance(p, int) else ctypes.addressof(p)))
+               for p in (a, b, c)]
+        assert n == 2 and got == [[1, 2**63], [5, 6], [8, 9]], got
