@@ -116,14 +116,23 @@ func (b *BigMemory) run(ctx context.Context, items []item) error {
 	if len(items) == 1 {
 		return b.copyOne(ctx, items[0].s, items[0].d, items[0].n)
 	}
-	groups := map[[2]int][]item{}
-	var order [][2]int
-	for _, it := range items {
-		k := [2]int{rankOf(it.s, b.rank), rankOf(it.d, b.rank)}
-		if _, ok := groups[k]; !ok {
-			order = append(order, k)
+	// Grouped by rank pair. A batch of one pair (the usual KV block) is its own group, and
+	// merge works in place in items, which the batch owns: a batch makes a few allocations,
+	// not a copy of its items per step.
+	pair := func(it item) [2]int { return [2]int{rankOf(it.s, b.rank), rankOf(it.d, b.rank)} }
+	first := pair(items[0])
+	groups := map[[2]int][]item{first: items}
+	order := [][2]int{first}
+	if slices.ContainsFunc(items, func(it item) bool { return pair(it) != first }) {
+		clear(groups)
+		order = order[:0]
+		for _, it := range items {
+			k := pair(it)
+			if _, ok := groups[k]; !ok {
+				order = append(order, k)
+			}
+			groups[k] = append(groups[k], it)
 		}
-		groups[k] = append(groups[k], it)
 	}
 	type posted struct {
 		op  *transport.Op
@@ -144,7 +153,7 @@ func (b *BigMemory) run(ctx context.Context, items []item) error {
 			}
 			continue
 		}
-		var rest []item
+		rest := make([]item, 0, len(g))
 		// One-sided elements on an endpoint that carries vectors (TCP) go as one vector per
 		// direction: a KV block's layers cost a message per megabyte, not a request each.
 		type vec struct {
@@ -170,7 +179,8 @@ func (b *BigMemory) run(ctx context.Context, items []item) error {
 					}
 				}
 				if vc == nil {
-					vc = &vec{v: pl.v, write: pl.write}
+					vc = &vec{v: pl.v, write: pl.write, bufs: make([][]byte, 0, len(g)),
+						rems: make([]transport.Remote, 0, len(g)), its: make([]item, 0, len(g))}
 					vecs = append(vecs, vc)
 				}
 				vc.bufs, vc.rems, vc.its = append(vc.bufs, pl.buf), append(vc.rems, pl.remote), append(vc.its, it)
@@ -242,7 +252,7 @@ func (b *BigMemory) mapped(r int) bool {
 // shared among its helpers.
 func (b *BigMemory) runRest(ctx context.Context, rest []item) []error {
 	var errs []error
-	var dsts, srcs [][]byte
+	dsts, srcs := make([][]byte, 0, len(rest)), make([][]byte, 0, len(rest))
 	var h held // every member the batch's views reach, locked once until its copy is done
 	var later []item
 	for _, it := range rest {
@@ -290,9 +300,10 @@ func rankOf(e end, me int) int {
 	return me
 }
 
-// merge joins neighbours whose sources and destinations are both contiguous.
+// merge joins neighbours whose sources and destinations are both contiguous, in g's own
+// memory (g's items are not used after).
 func merge(g []item) []item {
-	out := g[:0:0]
+	out := g[:0]
 	for _, it := range g {
 		if n := len(out); n > 0 {
 			last := &out[n-1]
