@@ -9,13 +9,13 @@ cd "$(dirname "$0")/.."
 source bench/compare-lib.sh "$@"
 declare -A v
 for i in $(seq "$R"); do
-  v[put_tcp]+="$("$tmp/hmc" bench --transport tcp --sizes 4MiB --json | field put '' gbps) "
+  v[put_tcp]+="$("$tmp/hmc" bench --transport tcp --sizes 4MiB --duration 3s --json | field put '' gbps) "
   out=$("$tmp/hmc" shmem bench --world 2 --ops tcp --sizes 4MiB --json)
   v[shput_tcp]+="$(echo "$out" | field put '' gbps) "
   v[p_tcp]+="$(echo "$out" | field p '' p50_us) "
   v[amo_tcp]+="$(echo "$out" | field amo '' p50_us) "
   v[ratio_tcp]+="$(python3 -c "print($(echo "$out" | field amo '' p50_us) / $(echo "$out" | field p '' p50_us))") "
-  v[put_shm]+="$("$tmp/hmc" bench --transport shm --sizes 4MiB --json | field put '' gbps) "
+  v[put_shm]+="$("$tmp/hmc" bench --transport shm --sizes 4MiB --duration 3s --json | field put '' gbps) "
   out=$("$tmp/hmc" shmem bench --world 8 --ops shm,tcp --sizes 4MiB --json)
   v[shput_shm]+="$(echo "$out" | field put '' gbps) "
   v[amo_shm]+="$(echo "$out" | field amo '' p50_us) "

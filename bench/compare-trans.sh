@@ -10,7 +10,7 @@ source bench/compare-lib.sh "$@"
 declare -A v
 for i in $(seq "$R"); do
   for t in tcp shm; do
-    v[put_$t]+="$("$tmp/hmc" bench --transport $t --sizes 4MiB --json | field put '' gbps) "
+    v[put_$t]+="$("$tmp/hmc" bench --transport $t --sizes 4MiB --duration 3s --json | field put '' gbps) "
     v[batch_$t]+="$("$tmp/hmc" trans bench --protocol $t --threads 2 --duration 2s --json | field write '' gbps) "
   done
 done
