@@ -158,9 +158,10 @@ def _arr(vals):
 def _vec(name, vals, conv=None):
     """vals as a contiguous array of uint64 in one pass: a list of plain ints in range filled by
     the library's C loop (_lib.u64_lists: 1.7 µs for 1,024 entries), array.array('Q') of other
-    sequences (its C loop checks every entry's type and range: 14-17 µs), a NumPy array of an integer dtype as uint64 (no copy
-    for uint64; negatives refused). An entry it refuses, or one that needs conv (a tensor as an
-    address), goes through the per-entry checker, which names it."""
+    sequences (its C loop checks every entry's type and range: 14-17 µs), a NumPy array of an
+    integer dtype as uint64 (no copy for uint64; negatives refused). An entry it refuses, or
+    one that needs conv (a tensor as an address), goes through the per-entry checker, which
+    names it."""
     if type(vals).__module__ == "numpy" and getattr(vals, "dtype", None) is not None and vals.dtype.kind in "iu":
         import numpy as np
         if vals.ndim != 1:
