@@ -826,3 +826,17 @@ func TestDialCanceledMidHandshake(t *testing.T) {
 		c.Close()
 	}
 }
+
+// vecSplit: a batch's small pieces go in messages of 1 MiB, except a batch of 1 to 4 MiB, which
+// goes in four (of at least 256 KiB, whole pages).
+func TestVecSplit(t *testing.T) {
+	for _, c := range []struct{ small, want uint64 }{
+		{0, vecBytes}, {4096, vecBytes}, {512 << 10, vecBytes}, {vecBytes - 1, vecBytes},
+		{1 << 20, 256 << 10}, {2 << 20, 512 << 10}, {2<<20 + 1, 512<<10 + 4096}, {3 << 20, 768 << 10},
+		{4 << 20, vecBytes}, {32 << 20, vecBytes},
+	} {
+		if got := vecSplit(c.small); got != c.want {
+			t.Errorf("vecSplit(%d) = %d, want %d", c.small, got, c.want)
+		}
+	}
+}

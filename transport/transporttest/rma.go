@@ -236,6 +236,32 @@ func testVectors(t *testing.T, o Options) {
 			t.Fatalf("read of piece %d differs", i)
 		}
 	}
+	// A KV batch's shape: 2 MiB of 4 KiB pieces, every other block of a region (TCP spreads a
+	// batch of 1 to 4 MiB over four messages, a larger one in messages of 1 MiB).
+	var kvSrcs, kvBack [][]byte
+	var kvDsts []transport.Remote
+	for i := range 512 {
+		kvSrcs = append(kvSrcs, src[i*4096:(i+1)*4096])
+		kvBack = append(kvBack, make([]byte, 4096))
+		kvDsts = append(kvDsts, transport.Remote{Key: regs[2].Key(), Addr: uint64(i) * 8192})
+	}
+	if op, err = v.WriteVAsync(ctx, kvSrcs, kvDsts); err == nil {
+		err = op.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatalf("a 2 MiB vector of 4 KiB pieces: %v", err)
+	}
+	if op, err = v.ReadVAsync(ctx, kvBack, kvDsts); err == nil {
+		err = op.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatalf("reading a 2 MiB vector of 4 KiB pieces: %v", err)
+	}
+	for i := range kvSrcs {
+		if at := i * 8192; !bytes.Equal(mems[2][at:at+4096], kvSrcs[i]) || !bytes.Equal(kvBack[i], kvSrcs[i]) {
+			t.Fatalf("4 KiB piece %d of the 2 MiB vector differs (written or read back)", i)
+		}
+	}
 	// A refused piece: the vector fails, typed.
 	for _, bad := range []struct {
 		r    transport.Remote
