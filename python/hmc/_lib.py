@@ -259,6 +259,17 @@ def u64_lists(a, b=None, c=None):
     return _conv(a, b, c) if _conv else None
 
 
+def batch_lists(a, b, c):
+    """A batch's three lists (addresses, addresses, lengths) converted in one C call as
+    (n, a's, b's and c's uint64* as ints, the array that holds them, to keep until the library
+    returns), or None where u64_lists declines or the batch is empty."""
+    fast = u64_lists(a, b, c) if len(a) else None
+    if fast is None:
+        return None
+    n, p = len(a), ctypes.addressof(fast)
+    return n, p, p + 8 * n, p + 16 * n, fast
+
+
 class _Lazy:
     """Stands for the library: the first attribute looked up loads it."""
 

@@ -35,6 +35,7 @@ from enum import IntEnum
 from . import Status, _b, _seq, _u64, _u64s
 from . import device as _device
 from ._lib import LIB as _L
+from ._lib import batch_lists as _batch_lists
 from ._lib import u64_lists as _u64_lists
 
 __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "TransferStatus", "InnerTransferEngine",
@@ -230,10 +231,9 @@ def _batch(buffers, peer_buffer_addresses, lengths):
     if not (len(buffers) == len(peer_buffer_addresses) == n):
         raise _Mismatch(f"buffers, peer_buffer_addresses and lengths have different lengths "
                         f"({len(buffers)}, {len(peer_buffer_addresses)}, {n})")
-    fast = _u64_lists(buffers, peer_buffer_addresses, lengths) if n else None
-    if fast is not None:  # three lists of plain ints in range, converted in one C call
-        a = ctypes.addressof(fast)
-        return n, a, a + 8 * n, a + 16 * n, fast
+    fast = _batch_lists(buffers, peer_buffer_addresses, lengths)  # three lists of plain ints: one C call
+    if fast is not None:
+        return fast
     locs = _vec("buffers", buffers, _addr)
     rems = _vec("peer_buffer_addresses", peer_buffer_addresses)
     lens = _same(lengths)

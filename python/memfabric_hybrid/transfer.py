@@ -9,7 +9,6 @@ at once and are complete on return; given a stream they return -1, the reason in
 upstream's.
 """
 
-import ctypes
 import os
 import socket
 from enum import IntEnum
@@ -132,10 +131,12 @@ class TransferEngine:
                   _u64("length", length), *stream, int(flags))
 
     def _many(self, fn, dest_session, buffers, peer_buffers, lengths, flags, *stream):
-        fast = _lib.u64_lists(buffers, peer_buffers, lengths)  # three lists of plain ints: one C call
-        if fast is not None and len(lengths):
-            n, a = len(lengths), ctypes.addressof(fast)
-            return fn(self._h, a, _b(dest_session), a + 8 * n, a + 16 * n, n, *stream, int(flags))
+        fast = _lib.batch_lists(buffers, peer_buffers, lengths)  # three lists of plain ints: one C call
+        if fast is not None:
+            n, a, b, c, keep = fast
+            rc = fn(self._h, a, _b(dest_session), b, c, n, *stream, int(flags))
+            del keep  # the library has read the lists
+            return rc
         locs, rems = _smem.ptrs(buffers, "buffers", _ptr), _smem.ptrs(peer_buffers, "peer_buffers")
         lens = _smem.sizes(lengths, "lengths")
         if not (len(locs) == len(rems) == len(lens)) or not len(locs):
