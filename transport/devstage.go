@@ -21,10 +21,17 @@ type HostRing struct {
 	frees []func() error
 }
 
-// NewHostRing allocates a ring for device memory at pl (chunk and depth ≤ 0 take
-// the staging defaults).
+// HostRingChunk is the chunk of a HostRing whose maker names none (HMC_STAGE_CHUNK and
+// HMC_STAGE_DEPTH override it, as they override every ring's). Each device copy has a fixed
+// cost beside its bytes (~11 us on a lent H100): staging 64 MiB in 2 MiB chunks ran at 0.94 of
+// one page-locked device-to-host copy where 1 MiB chunks ran at 0.85 (same run,
+// docs/results/gpu-2026-11-28.md). A ring is per engine and device: 8 MiB of locked memory.
+const HostRingChunk = 2 << 20
+
+// NewHostRing allocates a ring for device memory at pl (chunk ≤ 0 takes HostRingChunk,
+// depth ≤ 0 DefaultStageDepth).
 func NewHostRing(pl memory.Place, chunk, depth int) (*HostRing, error) {
-	dc, dd := stageDefaults()
+	dc, dd := StageSizes(HostRingChunk, DefaultStageDepth)
 	if chunk <= 0 {
 		chunk = dc
 	}
