@@ -262,7 +262,45 @@ func testVectors(t *testing.T, o Options) {
 			t.Fatalf("4 KiB piece %d of the 2 MiB vector differs (written or read back)", i)
 		}
 	}
-	// A refused piece: the vector fails, typed.
+	// One region named by address, pieces of every copy path's size (below and above 4 KiB),
+	// empty ones among them and first, each followed by a hole: written and read back.
+	var oneSrcs, oneBack [][]byte
+	var oneDsts []transport.Remote
+	at1 := 0
+	for i, n := range []int{0, 1, 100, 64, 4096, 0, 300, 8192, 3, 65536, 17} {
+		oneSrcs = append(oneSrcs, src[i*70000:i*70000+n])
+		oneBack = append(oneBack, make([]byte, n))
+		oneDsts = append(oneDsts, transport.Remote{Addr: regs[1].Addr() + uint64(at1)})
+		at1 += n + 512
+	}
+	if op, err = v.WriteVAsync(ctx, oneSrcs, oneDsts); err == nil {
+		err = op.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatalf("a vector into one region by address: %v", err)
+	}
+	if op, err = v.ReadVAsync(ctx, oneBack, oneDsts); err == nil {
+		err = op.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatalf("reading a vector from one region by address: %v", err)
+	}
+	for i := range oneSrcs {
+		at := int(oneDsts[i].Addr - regs[1].Addr())
+		if !bytes.Equal(mems[1][at:at+len(oneSrcs[i])], oneSrcs[i]) || !bytes.Equal(oneBack[i], oneSrcs[i]) {
+			t.Fatalf("piece %d (%d bytes) of the one-region vector differs (written or read back)", i, len(oneSrcs[i]))
+		}
+	}
+	// A refused piece: the vector fails, typed (also where every other piece is in its region).
+	for _, last := range []transport.Remote{{Addr: regs[1].Addr() + size - 2}, {Key: regs[1].Key(), Addr: size - 2}} {
+		op, err := v.WriteVAsync(ctx, [][]byte{[]byte("good"), []byte("past the end")}, []transport.Remote{oneDsts[1], last})
+		if err == nil {
+			err = op.Wait(ctx)
+		}
+		if !errors.Is(err, status.ErrOutOfRange) && !errors.Is(err, status.ErrNotFound) {
+			t.Fatalf("a vector whose last piece runs past its region (%+v): %v", last, err)
+		}
+	}
 	for _, bad := range []struct {
 		r    transport.Remote
 		want error
