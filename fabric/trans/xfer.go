@@ -170,10 +170,12 @@ func (e *Engine) start(ctx context.Context, peerID string, reqs []Request) (*pee
 	if len(reqs) == 0 || len(reqs) > MaxBatch {
 		return nil, nil, -1, nil, fmt.Errorf("trans: batch of %d requests: %w", len(reqs), status.ErrInvalidConfig)
 	}
+	merges := false // whether a request continues the one before it (checked in the same pass)
 	for i, r := range reqs {
 		if (r.Op != Read && r.Op != Write) || r.Local == 0 || r.Remote == 0 || r.Size == 0 || r.Local+r.Size < r.Local || r.Remote+r.Size < r.Remote {
 			return nil, nil, -1, nil, fmt.Errorf("trans: request %d (op %d, %d bytes %#x <-> %#x): %w", i, r.Op, r.Size, r.Local, r.Remote, status.ErrInvalidConfig)
 		}
+		merges = merges || i > 0 && continues(reqs[i-1], r)
 	}
 	var places []memory.Place   // each request's local place; nil: all host memory
 	if memory.MayHoldDevice() { // one look per batch; each local buffer only where device memory can exist
@@ -197,7 +199,7 @@ func (e *Engine) start(ctx context.Context, peerID string, reqs []Request) (*pee
 	if err != nil {
 		return nil, nil, -1, nil, err
 	}
-	if places == nil {
+	if places == nil && merges {
 		reqs = mergeRequests(reqs) // device requests stay apart: neighbouring allocations are not one
 	}
 	e.mu.Lock()
@@ -292,6 +294,11 @@ func (e *Engine) post(ctx context.Context, p *peer, reqs []Request, places []mem
 		// contract): pooled, a batch of 512 blocks does not make 24 KiB of garbage.
 		w, r := vecPool.Get().(*vecLists), vecPool.Get().(*vecLists)
 		wsrc, wrem, rdst, rrem = w.bufs, w.rems, r.bufs, r.rems
+		if reqs[0].Op == Write { // a batch is mostly one direction: room for all of it
+			wsrc, wrem = slices.Grow(wsrc, len(reqs)), slices.Grow(wrem, len(reqs))
+		} else {
+			rdst, rrem = slices.Grow(rdst, len(reqs)), slices.Grow(rrem, len(reqs))
+		}
 		defer func() {
 			w.put(wsrc, wrem)
 			r.put(rdst, rrem)
