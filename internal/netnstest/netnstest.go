@@ -7,6 +7,7 @@ package netnstest
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -38,7 +39,15 @@ func New(t testing.TB) *NS {
 		skip("ip (iproute2) not found")
 	}
 	var r [3]byte
-	_, _ = rand.Read(r[:])
+	for try := 0; ; try++ {
+		_, _ = rand.Read(r[:])
+		if !subnetInUse(r[0]) {
+			break
+		}
+		if try == 50 {
+			skip("no free 10.77.x.0/24 subnet for a veth pair")
+		}
+	}
 	id := hex.EncodeToString(r[:])
 	n := &NS{Name: "hmc-" + id, HostIf: "vh" + id, NSIf: "vn" + id,
 		HostIP: "10.77." + strconv.Itoa(int(r[0])) + ".1", NSIP: "10.77." + strconv.Itoa(int(r[0])) + ".2"}
@@ -61,6 +70,24 @@ func New(t testing.TB) *NS {
 	run("netns", "exec", n.Name, "ip", "link", "set", n.NSIf, "up")
 	run("netns", "exec", n.Name, "ip", "link", "set", "lo", "up")
 	return n
+}
+
+// subnetInUse says whether an interface of this namespace has an address in 10.77.x.0/24: a
+// pair there already (another test's running beside this one, or a namespace a killed test
+// left behind) would take this pair's traffic. A wider network holding the /24 (a 10.0.0.0/8
+// host) is no obstacle: the pair's /24 route is the more specific.
+func subnetInUse(x byte) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	_, sub, _ := net.ParseCIDR("10.77." + strconv.Itoa(int(x)) + ".0/24")
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && sub.Contains(ipn.IP) {
+			return true
+		}
+	}
+	return false
 }
 
 // Command returns cmd to run inside the namespace.

@@ -245,18 +245,7 @@ func testVectors(t *testing.T, o Options) {
 		kvBack = append(kvBack, make([]byte, 4096))
 		kvDsts = append(kvDsts, transport.Remote{Key: regs[2].Key(), Addr: uint64(i) * 8192})
 	}
-	if op, err = v.WriteVAsync(ctx, kvSrcs, kvDsts); err == nil {
-		err = op.Wait(ctx)
-	}
-	if err != nil {
-		t.Fatalf("a 2 MiB vector of 4 KiB pieces: %v", err)
-	}
-	if op, err = v.ReadVAsync(ctx, kvBack, kvDsts); err == nil {
-		err = op.Wait(ctx)
-	}
-	if err != nil {
-		t.Fatalf("reading a 2 MiB vector of 4 KiB pieces: %v", err)
-	}
+	writeRead(ctx, t, v, "a 2 MiB vector of 4 KiB pieces", kvSrcs, kvBack, kvDsts)
 	for i := range kvSrcs {
 		if at := i * 8192; !bytes.Equal(mems[2][at:at+4096], kvSrcs[i]) || !bytes.Equal(kvBack[i], kvSrcs[i]) {
 			t.Fatalf("4 KiB piece %d of the 2 MiB vector differs (written or read back)", i)
@@ -273,18 +262,7 @@ func testVectors(t *testing.T, o Options) {
 		oneDsts = append(oneDsts, transport.Remote{Addr: regs[1].Addr() + uint64(at1)})
 		at1 += n + 512
 	}
-	if op, err = v.WriteVAsync(ctx, oneSrcs, oneDsts); err == nil {
-		err = op.Wait(ctx)
-	}
-	if err != nil {
-		t.Fatalf("a vector into one region by address: %v", err)
-	}
-	if op, err = v.ReadVAsync(ctx, oneBack, oneDsts); err == nil {
-		err = op.Wait(ctx)
-	}
-	if err != nil {
-		t.Fatalf("reading a vector from one region by address: %v", err)
-	}
+	writeRead(ctx, t, v, "a vector into one region by address", oneSrcs, oneBack, oneDsts)
 	for i := range oneSrcs {
 		at := int(oneDsts[i].Addr - regs[1].Addr())
 		if !bytes.Equal(mems[1][at:at+len(oneSrcs[i])], oneSrcs[i]) || !bytes.Equal(oneBack[i], oneSrcs[i]) {
@@ -312,6 +290,24 @@ func testVectors(t *testing.T, o Options) {
 		if !errors.Is(err, bad.want) {
 			t.Fatalf("a vector with a piece at %+v: %v, want %v", bad.r, err, bad.want)
 		}
+	}
+}
+
+// writeRead writes srcs to dsts as one vector, then reads them back into back as one.
+func writeRead(ctx context.Context, t *testing.T, v transport.VectorRMA, what string, srcs, back [][]byte, dsts []transport.Remote) {
+	t.Helper()
+	op, err := v.WriteVAsync(ctx, srcs, dsts)
+	if err == nil {
+		err = op.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if op, err = v.ReadVAsync(ctx, back, dsts); err == nil {
+		err = op.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatalf("reading back %s: %v", what, err)
 	}
 }
 
