@@ -428,19 +428,10 @@ func copyVWith(cfg *Config, h *helpers, dsts, srcs [][]byte) {
 		n += uint64(min(len(s), len(dsts[i])))
 	}
 	if n < cfg.ParallelThreshold || h == nil || len(srcs) < 2 {
-		copyEach(cfg, dsts, srcs)
+		copyEach(cfg, dsts, srcs) // no job to make
 		return
 	}
-	start := time.Now()
-	shared := h.choiceV.pick(n, start)
-	if shared {
-		// Claims of about a piece size (PieceSize, at least one piece) each.
-		group := int64(max(1, cfg.PieceSize/max(1, n/uint64(len(srcs)))))
-		h.share(&copyJob{vd: dsts, vs: srcs, n: n, pieceMin: cfg.PieceSize, group: group}, min(cap(h.jobs), len(srcs)-1))
-	} else {
-		copyEach(cfg, dsts, srcs)
-	}
-	h.choiceV.record(n, shared, start, time.Now())
+	runV(cfg, h, &copyJob{vd: dsts, vs: srcs}, n, len(srcs))
 }
 
 // copyEach copies the pieces of a CopyV on the caller alone.
@@ -478,12 +469,14 @@ type copyJob struct {
 	toRemote bool
 }
 
-// runV copies the addressed vector job j (total bytes in pieces pieces) on the caller, or
-// shared with the helpers when the pieces add up to a parallel copy's worth, as copyVWith.
+// runV copies the vector job j (a CopyV's lists, or an endpoint's one-region vector: total
+// bytes in pieces pieces) on the caller, or shared with the helpers in claims of about a piece
+// size (PieceSize, at least one piece) when the pieces add up to a parallel copy's worth and
+// sharing has been paying (choiceV).
 func runV(cfg *Config, h *helpers, j *copyJob, total uint64, pieces int) {
 	j.pieceMin = cfg.PieceSize
 	if total < cfg.ParallelThreshold || h == nil || pieces < 2 {
-		j.copyPieces(0, len(j.locs), true, cfg.HugeCopy/2)
+		j.solo(cfg)
 		return
 	}
 	start := time.Now()
@@ -493,9 +486,18 @@ func runV(cfg *Config, h *helpers, j *copyJob, total uint64, pieces int) {
 		j.group = int64(max(1, cfg.PieceSize/max(1, total/uint64(pieces))))
 		h.share(j, min(cap(h.jobs), pieces-1))
 	} else {
-		j.copyPieces(0, len(j.locs), true, cfg.HugeCopy/2)
+		j.solo(cfg)
 	}
 	h.choiceV.record(total, shared, start, time.Now())
+}
+
+// solo copies every piece of the vector job j on the caller alone.
+func (j *copyJob) solo(cfg *Config) {
+	if j.locs != nil {
+		j.copyPieces(0, len(j.locs), true, cfg.HugeCopy/2)
+	} else {
+		copyEach(cfg, j.vd, j.vs)
+	}
 }
 
 // copyPieces copies the addressed job's pieces [from, to) and returns their bytes. On the
