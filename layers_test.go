@@ -9,7 +9,7 @@ import (
 
 // layer of each package of the module (STYLE.md §2): imports must point down.
 var layers = map[string]int{
-	"status": 0, "internal/acceptor": 0, "internal/racebuild": 0, "auth": 1, "auth/authtest": 1, "internal/etcdproc": 0, "internal/etcdtest": 1, "internal/netnstest": 1, "internal/childtest": 1, "internal/sockpair": 0, "internal/peercred": 1, "internal/spinread": 1, "internal/fdconn": 1, "memory": 1,
+	"status": 0, "internal/acceptor": 0, "internal/racebuild": 0, "auth": 1, "auth/authtest": 1, "internal/etcdproc": 0, "internal/etcdtest": 1, "internal/netnstest": 1, "internal/childtest": 1, "internal/sockpair": 0, "internal/peercred": 1, "internal/spinread": 1, "internal/fdconn": 1, "internal/memcopy": 1, "memory": 1,
 	"buffer": 2, "ctrl": 2, "coord/store": 2, "coord/store/storetest": 2, "coord/group": 2, "coord/httpmeta": 2,
 	"transport": 3, "transport/tcp": 3, "transport/shm": 3, "transport/transporttest": 3, "transport/ucx": 3, "transport/stack": 3,
 	"comm": 4, "collective": 5, "metrics": 5, "fabric/internal/gva": 5, "fabric/internal/mesh": 5, "fabric/internal/rpc": 5, "fabric/internal/startup": 5,
@@ -28,6 +28,7 @@ var outside = map[string][]string{
 	"internal/netnstest":  {"golang.org/x/sys/"},
 	"internal/spinread":   {"golang.org/x/sys/"},
 	"internal/fdconn":     {"golang.org/x/sys/", "go.uber.org/goleak"},
+	"internal/memcopy":    {"golang.org/x/sys/"},
 	"memory":              {"golang.org/x/sys/", "github.com/ebitengine/purego"},
 	"coord/store":         {"go.etcd.io/etcd/", "go.uber.org/zap", "google.golang.org/grpc"},
 	"transport/tcp":       {"golang.org/x/sys/"},

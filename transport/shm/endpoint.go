@@ -17,7 +17,7 @@ import (
 
 	"github.com/hmc-go/hmc/auth"
 	"github.com/hmc-go/hmc/buffer"
-	"github.com/hmc-go/hmc/internal/racebuild"
+	"github.com/hmc-go/hmc/internal/memcopy"
 	"github.com/hmc-go/hmc/memory"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
@@ -658,20 +658,10 @@ func (h *helpers) close() {
 // is as fast from 16 KiB to 1 MiB), which matters for batches of discrete pieces.
 const libcMin = 1 << 20
 
-// movsbMin is the smallest copy made with `rep movsb` (below libcMin, on CPUs with ERMS): pieces
-// of 8 KiB in the caches copy at 83-85 GB/s that way against 53-55 with Go's copy, cold pieces
-// of 128 KiB at 54-71 against 19-28, and 4 KiB pieces at 70-74 against 56-60
-// (BenchmarkPieceCopies), with no call's cost; a KV batch of 512 x 4 KiB between two memfd
-// mappings takes 22 µs instead of 24.5 on two cores (BenchmarkVector).
-const movsbMin = 4 << 10
-
-// haveMovsb says whether pieceCopy uses `rep movsb`: on CPUs with ERMS, and not under the race
-// detector, which sees only instrumented copies (tests call movsb itself).
-var haveMovsb = hasERMS() && !racebuild.Enabled
-
 // pieceCopy copies src to dst: from libcMin with glibc's memcpy when it is loadable and the
 // transfer is not far beyond the caches (`rep movsb`, faster than Go's AVX loop there), from
-// movsbMin with `rep movsb` itself, else with Go's copy (non-temporal stores from 1 MiB: best
+// memcopy.MovsbMin with `rep movsb` itself (memcopy.Copy; a KV batch of 512 x 4 KiB between two
+// memfd mappings takes 22 µs instead of 24.5 on two cores, BenchmarkVector), else with Go's copy (non-temporal stores from 1 MiB: best
 // for data far larger than the caches), in pieces of piece bytes when the data should stay
 // cache-resident.
 func pieceCopy(dst, src []byte, piece uint64, big bool) {
@@ -685,8 +675,8 @@ func pieceCopy(dst, src []byte, piece uint64, big bool) {
 			return
 		}
 	}
-	if !big && n >= movsbMin && n < libcMin && haveMovsb {
-		movsb(unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src)), uintptr(n))
+	if !big && n >= memcopy.MovsbMin && n < libcMin && memcopy.HaveMovsb {
+		memcopy.Copy(dst, src)
 		return
 	}
 	if big || n <= piece {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"unsafe"
+
+	"github.com/hmc-go/hmc/internal/memcopy"
 )
 
 // TestPieceCopySizes: pieceCopy moves every byte at every size and misalignment its ways
@@ -21,9 +23,9 @@ func TestPieceCopySizes(t *testing.T) {
 			if !bytes.Equal(dst[shift:shift+n], src[shift:]) || dst[shift+n] != 0 {
 				t.Fatalf("%d bytes at offset %d: the copy differs or ran past its end", n, shift)
 			}
-			if hasERMS() { // the race build copies with Go's copy: movsb itself, checked here
+			if memcopy.HasERMS() { // the race build copies with Go's copy: movsb itself, checked here
 				clear(dst)
-				movsb(unsafe.Pointer(&dst[shift]), unsafe.Pointer(&src[shift]), uintptr(n))
+				memcopy.Movsb(unsafe.Pointer(&dst[shift]), unsafe.Pointer(&src[shift]), uintptr(n))
 				if !bytes.Equal(dst[shift:shift+n], src[shift:]) || dst[shift+n] != 0 {
 					t.Fatalf("movsb of %d bytes at offset %d: the copy differs or ran past its end", n, shift)
 				}
@@ -42,14 +44,14 @@ func BenchmarkPieceCopies(b *testing.B) {
 		const n = 512
 		src, dst := make([]byte, 2*n*s), make([]byte, 2*n*s)
 		for _, how := range []string{"go", "libc", "movsb", "whole"} {
-			if (how == "libc" && mc == nil) || ((how == "movsb" || how == "whole") && !haveMovsb) {
+			if (how == "libc" && mc == nil) || ((how == "movsb" || how == "whole") && !memcopy.HaveMovsb) {
 				continue
 			}
 			b.Run(fmt.Sprintf("%dK/%s", s>>10, how), func(b *testing.B) {
 				b.SetBytes(int64(n * s))
 				for b.Loop() {
 					if how == "whole" {
-						movsb(unsafe.Pointer(&dst[0]), unsafe.Pointer(&src[0]), uintptr(n*s))
+						memcopy.Movsb(unsafe.Pointer(&dst[0]), unsafe.Pointer(&src[0]), uintptr(n*s))
 						continue
 					}
 					for i := range n {
@@ -60,7 +62,7 @@ func BenchmarkPieceCopies(b *testing.B) {
 						case "libc":
 							mc(d, c, uintptr(s))
 						default:
-							movsb(d, c, uintptr(s))
+							memcopy.Movsb(d, c, uintptr(s))
 						}
 					}
 				}

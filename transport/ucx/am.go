@@ -16,6 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/hmc-go/hmc/buffer"
+	"github.com/hmc-go/hmc/internal/memcopy"
 	"github.com/hmc-go/hmc/status"
 	"github.com/hmc-go/hmc/transport"
 )
@@ -155,7 +156,7 @@ func (w *worker) applyPutv(m *C.hmc_amrx, hdr, data []byte) {
 	if st == ackOK {
 		off := 0
 		for _, d := range dsts {
-			off += copy(d, data[off:])
+			off += memcopy.Copy(d, data[off:])
 		}
 		w.putvs.Add(1)
 	}
@@ -175,7 +176,7 @@ func (w *worker) answerGetv(m *C.hmc_amrx, hdr []byte) {
 		out := unsafe.Slice((*byte)(m.out), n)
 		off := 0
 		for _, s := range srcs {
-			off += copy(out[off:], s)
+			off += memcopy.Copy(out[off:], s)
 		}
 	}
 	if st == ackOK {
@@ -379,7 +380,7 @@ func (w *worker) acked(seq, st uint64, isData bool, data []byte) {
 			}
 			off := 0
 			for _, p := range ps {
-				off += copy(p, data[off:])
+				off += memcopy.Copy(p, data[off:])
 			}
 		}
 	case ackRefused:
