@@ -40,6 +40,13 @@ const (
 	// enough that the target's assembly of the whole message stays in the caches (one 32 MiB
 	// message moved at a third).
 	amChunk = 2 << 20
+	// amGetChunk is the pieces' bytes one GETV asks for. A GETV's answer is gathered by the
+	// target, sent, assembled whole by the initiator's UCX and scattered into place, one
+	// after the other, so smaller answers let four in flight overlap those steps: 512 pieces
+	// of 4 KiB (one 2 MiB GETV before) read at 0.72 of a contiguous get instead of 0.65, 16
+	// KiB at 0.67 instead of 0.63 and 64 KiB at 0.90 instead of 0.83 (medians of four
+	// interleaved runs; 256 KiB answers lost at 4 KiB, 1 MiB ones gained less).
+	amGetChunk = 512 << 10
 	// amPieceMax is the largest piece sent inside a PUTV; larger ones go as puts.
 	amPieceMax = 256 << 10
 	// putvFixed is a PUTV header's fixed part: u64 token, u64 seq, u32 count, u32 reserved.
@@ -403,9 +410,9 @@ func (e *endpoint) failAMLocked(err error) {
 }
 
 // vecAM posts a vector put's (put) or get's pieces: those of up to amPieceMax bytes as PUTVs
-// or GETVs of up to amChunk bytes each, larger ones as puts or gets with one flush. locals are
-// the pieces' local memory (addrs, lens). Caller holds pmu and has checked the endpoint and
-// regions.
+// of up to amChunk bytes each or GETVs of up to amGetChunk, larger ones as puts or gets with
+// one flush. locals are the pieces' local memory (addrs, lens). Caller holds pmu and has
+// checked the endpoint and regions.
 func (e *endpoint) vecAM(put bool, locals [][]byte, addrs []C.uintptr_t, lens []C.size_t, raddrs []C.uint64_t, rkeys []C.uintptr_t, regs []*peerRegion) *transport.Op {
 	w := e.w
 	var small, big []int // pieces sent in PUTVs or GETVs, and on their own
@@ -418,9 +425,13 @@ func (e *endpoint) vecAM(put bool, locals [][]byte, addrs []C.uintptr_t, lens []
 	}
 	maxPieces := max(1, (int(w.amq.max_header)-putvFixed)/putvPiece) // the header limit bounds a PUTV's pieces
 	var bounds [][2]int                                              // [first, end) of each PUTV in small
+	chunkB := uint64(amChunk)
+	if !put {
+		chunkB = amGetChunk
+	}
 	for s := 0; s < len(small); {
 		start, pay := s, uint64(0)
-		for s < len(small) && s-start < maxPieces && (s == start || pay+uint64(lens[small[s]]) <= amChunk) {
+		for s < len(small) && s-start < maxPieces && (s == start || pay+uint64(lens[small[s]]) <= chunkB) {
 			pay += uint64(lens[small[s]])
 			s++
 		}

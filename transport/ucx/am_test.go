@@ -100,8 +100,12 @@ func TestVectorPutsAsActiveMessages(t *testing.T) {
 			}
 			gets := w.getvs.Load()
 			readBack(ctx, t, e, srcs, dsts)
-			if n := w.getvs.Load() - gets; (n > 0) != c.am {
+			n := w.getvs.Load() - gets
+			if (n > 0) != c.am {
 				t.Fatalf("%d GETVs answered, want them: %v", n, c.am)
+			}
+			if c.am && n < block*blocks/amGetChunk { // 2 MiB of blocks: several GETVs, four in flight
+				t.Fatalf("%d GETVs answered for %d bytes of blocks, want at least %d", n, block*blocks, block*blocks/amGetChunk)
 			}
 		})
 	}
