@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/hmc-go/hmc/buffer"
@@ -169,6 +170,7 @@ func (w *worker) applyPutv(m *C.hmc_amrx, hdr, data []byte) {
 	}
 	w.amDone(dsts)
 	var cst C.ucs_status_t
+	w.lastAnswer = time.Now()
 	req := C.hmc_am_answer(m.reply_ep, m, C.HMC_AM_ACK, C.uint64_t(seq), C.uint64_t(st), 0, &cst)
 	w.amSent(m, req, cst)
 }
@@ -191,6 +193,7 @@ func (w *worker) answerGetv(m *C.hmc_amrx, hdr []byte) {
 	}
 	w.amDone(srcs)
 	var cst C.ucs_status_t
+	w.lastAnswer = time.Now()
 	req := C.hmc_am_answer(m.reply_ep, m, C.HMC_AM_DATA, C.uint64_t(seq), C.uint64_t(st), C.size_t(n), &cst)
 	w.amSent(m, req, cst)
 }
