@@ -681,8 +681,15 @@ class TransferEngine:
     # ---- transfers ----------------------------------------------------------------------------
 
     def _sync(self, what, target, op, buffers, peers, lengths, notify=None):
-        fast = _fast_batch(buffers, peers, lengths)
+        # Three lists of plain ints (what SGLang's and vLLM's connectors pass) go to the
+        # library in one C pass; it declines anything else, which the checked path converts
+        # (naming what is wrong).
+        fast = None
+        if type(lengths) is list and 0 < len(lengths) <= _MAX_BATCH:
+            fast = _batch_lists(buffers, peers, lengths)
         if fast is not None:
+            n, pl, pr, ps, keep = fast
+        elif (fast := _fast_batch(buffers, peers, lengths)) is not None:
             n, pl, pr, ps = fast
         else:
             try:
