@@ -6,10 +6,11 @@ import (
 	"github.com/hmc-go/hmc/internal/racebuild"
 )
 
-// MovsbMin is the smallest copy Copy makes with `rep movsb`: pieces of 8 KiB in the caches
-// copy at 83-85 GB/s that way against 53-55 with Go's copy, cold pieces of 128 KiB at 54-71
-// against 19-28, and 4 KiB pieces at 70-74 against 56-60 (BenchmarkPieces), with no call's
-// cost. Below it Go's copy, whose start costs less, is as fast.
+// MovsbMin is the smallest copy Copy makes with `rep movsb`: 512 discrete pieces of 4 KiB copy
+// at 71-75 GB/s that way against 56 with Go's copy, of 16 KiB at 66-68 against 57, and pieces
+// of 64 and 128 KiB, far beyond the caches as a batch, at 70-73 and 53-67 against 29 and 24-26
+// (BenchmarkPieces on the 2-vCPU AMD machine; transport/shm's BenchmarkPieceCopies adds
+// glibc). Below it Go's copy, whose start costs less, is as fast.
 const MovsbMin = 4 << 10
 
 // HaveMovsb says whether Copy uses `rep movsb`: on CPUs with ERMS, and not under the race

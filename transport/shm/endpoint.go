@@ -660,10 +660,10 @@ const libcMin = 1 << 20
 
 // pieceCopy copies src to dst: from libcMin with glibc's memcpy when it is loadable and the
 // transfer is not far beyond the caches (`rep movsb`, faster than Go's AVX loop there), from
-// memcopy.MovsbMin with `rep movsb` itself (memcopy.Copy; a KV batch of 512 x 4 KiB between two
-// memfd mappings takes 22 µs instead of 24.5 on two cores, BenchmarkVector), else with Go's copy (non-temporal stores from 1 MiB: best
-// for data far larger than the caches), in pieces of piece bytes when the data should stay
-// cache-resident.
+// memcopy.MovsbMin with `rep movsb` itself (memcopy.Copy: a KV batch of 512 x 4 KiB between
+// two memfd mappings takes 22 µs instead of 24.5 on two cores, BenchmarkVector), else with
+// Go's copy (non-temporal stores from 1 MiB: best for data far larger than the caches), in
+// pieces of piece bytes when the data should stay cache-resident.
 func pieceCopy(dst, src []byte, piece uint64, big bool) {
 	n := uint64(len(src))
 	if n == 0 {
