@@ -164,7 +164,7 @@ func (w *worker) loop() {
 		}
 		aside = userActive // users went quiet: look often again when they come back
 		active := w.progress() || len(w.pending) > 0
-		conversing := len(w.amWaits) > 0 || time.Since(w.lastAnswer) < answerSpin
+		awaiting, answered := len(w.amWaits) > 0, w.lastAnswer
 		w.pmu.Unlock()
 		if turns++; turns&63 == 0 { // a loop busy for long never blocks: see SpinYield
 			transport.SpinYield(time.Now())
@@ -176,10 +176,13 @@ func (w *worker) loop() {
 		if idle++; idle%64 != 0 { // the clock every 64 idle turns: a clock read costs a progress round
 			continue
 		}
-		if now := time.Now(); idle == 64 {
+		now := time.Now()
+		if idle == 64 {
 			lastActive = now // the first idle turns since activity: spin from here
 			continue
-		} else if d := now.Sub(lastActive); d < spin || (conversing && d < answerSpin) {
+		}
+		talking := awaiting || now.Sub(answered) < answerSpin // a vector's messages in conversation
+		if d := now.Sub(lastActive); d < spin || (talking && d < answerSpin) {
 			continue
 		}
 		// Idle: sleep on the event fd until UCX or a poster wakes us. A poster adds its request
@@ -212,14 +215,6 @@ func (w *worker) loop() {
 	}
 }
 
-// userActive is how long the loop leaves progress to posters and Transport.Progress callers
-// once it saw one, before it looks again (Go rounds a sleep this short up to about a
-// millisecond in an otherwise idle process): an operation nobody waits for, or a put arriving
-// over tcp, progresses that much later at worst if they stop right then. While they go on
-// (every look finds new posts or a waiter driving) the loop looks half as often each time,
-// down to every userActiveMax: each look is a timer, a thread woken and parked again, and on
-// two cores a data thread preempted (a 64 KiB stream over tcp: 1,000 looks a second cost 5 %).
-// A kick (a waiter about to block) or the loop's own progress starts again from userActive.
 // answerSpin is how long the loop polls on, instead of sleeping on the event fd after
 // SpinTime, while a vector put's or get's messages (am.go) are in conversation: while those
 // it sent await their answers, and after it last answered one. On two cores each side's
@@ -229,6 +224,14 @@ func (w *worker) loop() {
 // batch 3.4 -> 2.3 ms).
 const answerSpin = 20 * time.Millisecond
 
+// userActive is how long the loop leaves progress to posters and Transport.Progress callers
+// once it saw one, before it looks again (Go rounds a sleep this short up to about a
+// millisecond in an otherwise idle process): an operation nobody waits for, or a put arriving
+// over tcp, progresses that much later at worst if they stop right then. While they go on
+// (every look finds new posts or a waiter driving) the loop looks half as often each time,
+// down to every userActiveMax: each look is a timer, a thread woken and parked again, and on
+// two cores a data thread preempted (a 64 KiB stream over tcp: 1,000 looks a second cost 5 %).
+// A kick (a waiter about to block) or the loop's own progress starts again from userActive.
 const (
 	userActive    = 100 * time.Microsecond
 	userActiveMax = 2 * time.Millisecond
