@@ -364,6 +364,22 @@ int32_t hmc_kv_client_close(uint64_t client);
 int64_t hmc_py_u64s(int nlists, const void *a, const void *b, const void *c, const void *list_type,
                     const void *int_type, int layout, uint64_t *out, int64_t n);
 
+/* For the Python package too: hmc_trans_transfer of a batch given as three CPython lists of n
+ * plain ints (hmc_py_trans_transfer) or three one-dimensional NumPy uint64 arrays
+ * (hmc_py_trans_arrays), called with the GIL held; each reads its arguments and releases the
+ * GIL while the batch runs. They return hmc_trans_transfer's status, or -1 (the GIL untouched)
+ * where they do not take their arguments whole. hmc_py_setup gives them the interpreter's list
+ * and int types, layout (as hmc_py_u64s) and PyEval_SaveThread and PyEval_RestoreThread;
+ * hmc_py_setup_numpy NumPy's ndarray type and uint64 dtype. hmc_py_array_data is the memory of
+ * such an array of n entries, or NULL. */
+int hmc_py_setup(const void *list_type, const void *int_type, int layout, void *save, void *restore);
+int hmc_py_trans_transfer(uint64_t engine, const char *peer, int op, const void *a, const void *b, const void *c,
+                          int64_t n, int timeout_ms);
+int hmc_py_setup_numpy(const void *ndarray_type, const void *u64_dtype);
+const uint64_t *hmc_py_array_data(const void *o, int64_t n);
+int hmc_py_trans_arrays(uint64_t engine, const char *peer, int op, const void *a, const void *b, const void *c,
+                        int64_t n, int timeout_ms);
+
 #ifdef __cplusplus
 }
 #endif

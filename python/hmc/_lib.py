@@ -239,7 +239,31 @@ def _probe(lib):
     for bad in ([-1], [2**64], [True], [1.0], [2**90]):
         if conv(bad) is not None or conv([1], [2], bad) is not None:
             return False
+    _setup_transfer(lib, lt, it, layout)
     return conv
+
+
+_xfer = None  # hmc_py_trans_transfer (a PYFUNCTYPE), once hmc_py_setup took this interpreter
+
+
+def _setup_transfer(lib, lt, it, layout):
+    """Readies hmc_py_trans_transfer (pylist.c): a batch's three lists read and run in one C
+    call, the GIL released by the library for the transfer as ctypes releases it; it needs this
+    interpreter's PyEval_SaveThread and PyEval_RestoreThread."""
+    global _xfer
+    try:
+        api = ctypes.pythonapi
+        save, restore = (ctypes.cast(getattr(api, f), ctypes.c_void_p).value
+                         for f in ("PyEval_SaveThread", "PyEval_RestoreThread"))
+        setup = lib.hmc_py_setup
+        proto = ctypes.PYFUNCTYPE(_int, _u64, _str, _int, ctypes.py_object, ctypes.py_object, ctypes.py_object,
+                                  ctypes.c_int64, _int)
+        raw = proto(("hmc_py_trans_transfer", lib))
+    except (AttributeError, ValueError):  # an older library, an interpreter without them
+        return
+    setup.argtypes, setup.restype = [_ptr, _ptr, _int, _ptr, _ptr], _int
+    if setup(lt, it, layout, save, restore) == 0:
+        _xfer = raw
 
 
 def u64_lists(a, b=None, c=None):
@@ -257,6 +281,78 @@ def u64_lists(a, b=None, c=None):
             if _conv is None:
                 _conv = _probe(_loaded)
     return _conv(a, b, c) if _conv else None
+
+
+def transfer_lists(engine, peer, op, a, b, c, timeout_ms):
+    """hmc_trans_transfer of a batch given as three lists of plain ints (a, b, c: locals,
+    remotes, sizes; peer as bytes) in one library call that reads the lists and releases the GIL
+    while the batch runs; its status, or None where it cannot take them whole (what u64_lists
+    declines, an empty batch or one over 2^20 entries, an interpreter without the call): the
+    caller converts its checked way."""
+    if _xfer is None:
+        if u64_lists([0]) is None or _xfer is None:  # probes once; declines where it cannot
+            return None
+    elif _forked:
+        return None
+    rc = _xfer(engine, peer, op, a, b, c, len(a), timeout_ms)
+    return None if rc < 0 else rc
+
+
+_np = None  # (numpy.ndarray, hmc_py_trans_arrays) once probed, False where it cannot be used
+
+
+def _probe_numpy(lib, ndarray):
+    """Readies hmc_py_trans_arrays (pylist.c) for NumPy arrays of type ndarray: it reads an
+    array's fields as NumPy's headers lay them out, so it is used only where reads of known
+    arrays come out right and arrays it must not take are declined."""
+    import numpy as np
+    if _xfer is None or ndarray is not np.ndarray:
+        return False
+    try:
+        setup, data = lib.hmc_py_setup_numpy, lib.hmc_py_array_data
+        proto = ctypes.PYFUNCTYPE(_int, _u64, _str, _int, ctypes.py_object, ctypes.py_object, ctypes.py_object,
+                                  ctypes.c_int64, _int)
+        raw = proto(("hmc_py_trans_arrays", lib))
+    except AttributeError:  # an older library
+        return False
+    u64 = np.dtype(np.uint64)
+    setup.argtypes, setup.restype = [_ptr, _ptr], _int
+    data.argtypes, data.restype = [ctypes.py_object, ctypes.c_int64], _ptr
+    if setup(id(np.ndarray), id(u64)) != 0:
+        return False
+    good = np.arange(5, dtype=np.uint64)
+    if data(good, 5) != good.ctypes.data or data(good[1:], 4) != good[1:].ctypes.data:
+        return False
+
+    class Sub(np.ndarray):
+        pass
+
+    wide = np.zeros((4, 4), dtype=np.uint64)
+    for bad, n in ((good, 4), (good[::2], 3), (wide, 4), (wide[:, 0], 4), (good.astype(np.int64), 5),
+                   (good.view(Sub), 5), (good.astype(">u8"), 5), (np.uint64(3), 1), ([0, 1], 2)):
+        if data(bad, n):
+            return False
+    return ndarray, raw
+
+
+def transfer_arrays(engine, peer, op, a, b, c, timeout_ms):
+    """hmc_trans_transfer of a batch given as three one-dimensional NumPy arrays of native
+    uint64 (a, b, c: locals, remotes, sizes; what KV connectors build) in one library call that
+    reads their addresses and releases the GIL while the batch runs; its status, or None where
+    it does not take them (another dtype or shape, a strided view, a subclass, an empty batch,
+    an interpreter or NumPy it cannot read): the caller takes its checked way."""
+    global _np
+    if _np is None:
+        t = type(c)
+        if t.__name__ != "ndarray" or t.__module__ != "numpy" or u64_lists([0]) is None:
+            return None  # not an array (numpy is not imported for it), or no list call to build on
+        with _lock:
+            if _np is None:
+                _np = _probe_numpy(_loaded, t)
+    if not _np or type(c) is not _np[0] or _forked:
+        return None
+    rc = _np[1](engine, peer, op, a, b, c, c.size, timeout_ms)
+    return None if rc < 0 else rc
 
 
 def batch_lists(a, b, c):

@@ -36,6 +36,8 @@ from . import Status, _b, _seq, _u64, _u64s
 from . import device as _device
 from ._lib import LIB as _L
 from ._lib import batch_lists as _batch_lists
+from ._lib import transfer_arrays as _transfer_arrays
+from ._lib import transfer_lists as _transfer_lists
 from ._lib import u64_lists as _u64_lists
 
 __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "TransferStatus", "InnerTransferEngine",
@@ -686,7 +688,15 @@ class TransferEngine:
         # (naming what is wrong).
         fast = None
         if type(lengths) is list and 0 < len(lengths) <= _MAX_BATCH:
+            if self._h is not None and notify is None and type(buffers) is list:
+                rc = _transfer_lists(self._h, _b(target), int(op), buffers, peers, lengths, self.timeout_ms)
+                if rc is not None:  # read and run in one library call
+                    return self._rc(rc, what)
             fast = _batch_lists(buffers, peers, lengths)
+        elif self._h is not None and notify is None and type(lengths) is not list:
+            rc = _transfer_arrays(self._h, _b(target), int(op), buffers, peers, lengths, self.timeout_ms)
+            if rc is not None:  # three uint64 NumPy arrays: read and run in one library call
+                return self._rc(rc, what)
         if fast is not None:
             n, pl, pr, ps, keep = fast
         elif (fast := _fast_batch(buffers, peers, lengths)) is not None:

@@ -385,3 +385,58 @@ def test_batch_uniform_lengths(side):
         assert [te.read_bytes_from_buffer(a, k) for a, k in zip(srcs, lens)] == data
     with pytest.raises(TypeError, match=r"lengths\[2\]"):
         te.batch_transfer_sync_write(target, srcs, dsts, [100, 100, "x"] + [100] * (n - 3))
+
+
+def test_batch_one_call_paths(side, monkeypatch):
+    # Three lists of plain ints, and three one-dimensional uint64 NumPy arrays, each go to the
+    # library in one call (pylist.c reads them and runs the batch, the GIL released meanwhile):
+    # the bytes land and read back. Lengths that repeat one object (a KV batch's [size] * n)
+    # are read once per run of it: runs of two values alternate here. What that call declines
+    # (a range past the address space, a float) takes the checked path, which names the entry.
+    import numpy as np
+    from hmc import _lib
+    te, target = side.te, side.target
+    srcs, dsts = _pieces(side, n=64)
+    x, y, x2 = 1000, 700, int("1000")  # x2: x's value, another object
+    lens = [x, x, y, y, y, x2] * 10 + [y, x2, x, y]
+    calls = []
+
+    def counted(f):
+        def call(*args):
+            calls.append(f)
+            return f(*args)
+        return call
+
+    assert _lib.u64_lists([0]) is not None and _lib._xfer is not None, "CPython's list layout is known here"
+    monkeypatch.setattr(_lib, "_xfer", counted(_lib._xfer))
+    for r in range(2):
+        data = [rand_bytes(k) for k in lens]
+        for a, d in zip(srcs, data):
+            assert te.write_bytes_to_buffer(a, d, len(d)) == 0, te.last_error
+        assert te.batch_transfer_sync_write(target, srcs, dsts, lens) == 0, te.last_error
+        _clear(te, srcs, lens)
+        assert te.batch_transfer_sync_read(target, srcs, dsts, lens) == 0, te.last_error
+        assert [te.read_bytes_from_buffer(a, k) for a, k in zip(srcs, lens)] == data, r
+    assert len(calls) == 4, calls
+    wrap = list(dsts)
+    wrap[5] = (1 << 64) - 16
+    assert te.batch_transfer_sync_write(target, srcs, wrap, lens) == -1
+    assert "entry 5" in te.last_error and "address space" in te.last_error, te.last_error
+    with pytest.raises(TypeError, match=r"lengths\[3\]"):
+        te.batch_transfer_sync_write(target, srcs, dsts, lens[:3] + [1.0] + lens[4:])
+
+    u = lambda v: np.array(v, dtype=np.uint64)  # noqa: E731
+    assert te.batch_transfer_sync_write(target, u(srcs), u(dsts), u(lens)) == 0, te.last_error
+    assert _lib._np, "NumPy's array layout is read right here"
+    monkeypatch.setattr(_lib, "_np", (_lib._np[0], counted(_lib._np[1])))
+    del calls[:]
+    data = [rand_bytes(k) for k in lens]
+    for a, d in zip(srcs, data):
+        assert te.write_bytes_to_buffer(a, d, len(d)) == 0, te.last_error
+    assert te.batch_transfer_sync_write(target, u(srcs), u(dsts), u(lens)) == 0, te.last_error
+    _clear(te, srcs, lens)
+    assert te.batch_transfer_sync_read(target, u(srcs), u(dsts), u(lens)) == 0, te.last_error
+    assert [te.read_bytes_from_buffer(a, k) for a, k in zip(srcs, lens)] == data
+    assert len(calls) == 2, calls
+    assert te.batch_transfer_sync_write(target, u(srcs), u(dsts)[:-1], u(lens)) == -1  # declined, then named
+    assert "different lengths" in te.last_error, te.last_error

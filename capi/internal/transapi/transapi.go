@@ -280,6 +280,32 @@ func hmc_trans_transfer(h C.uint64_t, peer *C.char, op C.int, locals, remotes, s
 	})
 }
 
+// pylist.c writes requests as struct { int64_t op; uint64_t local, remote, size; }: these fail
+// to compile if trans.Request is laid out otherwise.
+var (
+	_ = [1]struct{}{}[unsafe.Sizeof(trans.Request{})-32]
+	_ = [1]struct{}{}[unsafe.Sizeof(trans.Request{}.Op)-8]
+	_ = [1]struct{}{}[unsafe.Offsetof(trans.Request{}.Local)-8]
+	_ = [1]struct{}{}[unsafe.Offsetof(trans.Request{}.Remote)-16]
+	_ = [1]struct{}{}[unsafe.Offsetof(trans.Request{}.Size)-24]
+)
+
+// hmc_trans_run runs n requests laid out as trans.Request at reqs (C memory), total bytes in
+// all: the Python package's one-call batch (pylist.c's hmc_py_trans_transfer) after it has
+// read its lists into them. Not declared in hmc.h: C callers have hmc_trans_transfer.
+//
+//export hmc_trans_run
+func hmc_trans_run(h C.uint64_t, peer *C.char, reqs unsafe.Pointer, n, total C.uint64_t, timeoutMS C.int) C.int {
+	return onEngine(h, func(en *engine) error {
+		if reqs == nil || n == 0 || n > trans.MaxBatch {
+			return fmt.Errorf("hmc: %d requests: %w", uint64(n), status.ErrInvalidConfig)
+		}
+		ctx, cancel := deadline(perMiB(timeoutMS, uint64(total)))
+		defer cancel()
+		return en.e.Transfer(ctx, goString(peer), unsafe.Slice((*trans.Request)(reqs), int(n)), nil)
+	})
+}
+
 // hmc_trans_submit starts n requests and returns a batch handle at once.
 //
 //export hmc_trans_submit
