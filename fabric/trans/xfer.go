@@ -304,31 +304,42 @@ func (e *Engine) post(ctx context.Context, p *peer, reqs []Request, places []mem
 			r.put(rdst, rrem)
 		}()
 	}
-	for i, q := range reqs {
-		if places != nil && places[i].OnDevice() {
-			ops = append(ops, e.postDevice(ctx, r, q, places[i]))
-			continue
-		}
-		local := memory.HostSlice(memory.Ptr(q.Local), q.Size)
-		remote := transport.Remote{Addr: q.Remote}
-		if vector {
+	if vector && places == nil { // all host memory: a loop of its own, nothing spilled per request
+		for _, q := range reqs {
+			local := memory.HostSlice(memory.Ptr(q.Local), q.Size)
 			if q.Op == Write {
-				wsrc, wrem = append(wsrc, local), append(wrem, remote)
+				wsrc, wrem = append(wsrc, local), append(wrem, transport.Remote{Addr: q.Remote})
 			} else {
-				rdst, rrem = append(rdst, local), append(rrem, remote)
+				rdst, rrem = append(rdst, local), append(rrem, transport.Remote{Addr: q.Remote})
 			}
-			continue
 		}
-		var op *transport.Op
-		if q.Op == Write {
-			op, err = r.WriteAsync(ctx, local, remote)
-		} else {
-			op, err = r.ReadAsync(ctx, local, remote)
+	} else {
+		for i, q := range reqs {
+			if places != nil && places[i].OnDevice() {
+				ops = append(ops, e.postDevice(ctx, r, q, places[i]))
+				continue
+			}
+			local := memory.HostSlice(memory.Ptr(q.Local), q.Size)
+			remote := transport.Remote{Addr: q.Remote}
+			if vector {
+				if q.Op == Write {
+					wsrc, wrem = append(wsrc, local), append(wrem, remote)
+				} else {
+					rdst, rrem = append(rdst, local), append(rrem, remote)
+				}
+				continue
+			}
+			var op *transport.Op
+			if q.Op == Write {
+				op, err = r.WriteAsync(ctx, local, remote)
+			} else {
+				op, err = r.ReadAsync(ctx, local, remote)
+			}
+			if err != nil {
+				op = transport.Failed(err)
+			}
+			ops = append(ops, op)
 		}
-		if err != nil {
-			op = transport.Failed(err)
-		}
-		ops = append(ops, op)
 	}
 	if len(wsrc) > 0 {
 		op, err := vr.WriteVAsync(ctx, wsrc, wrem)
