@@ -355,6 +355,25 @@ def transfer_arrays(engine, peer, op, a, b, c, timeout_ms):
     return None if rc < 0 else rc
 
 
+def transfer_batch(engine, peer, op, a, b, c, timeout_ms):
+    """transfer_lists or transfer_arrays by the type of c (peer as str or bytes): the batch
+    calls' first try, kept to a few look-ups since it runs per call, between copies that leave
+    the interpreter's own memory out of the caches. None where neither takes the batch."""
+    if type(peer) is str:
+        peer = peer.encode()
+    if type(c) is list:
+        x = _xfer
+        if x is None or _forked or type(a) is not list:
+            return transfer_lists(engine, peer, op, a, b, c, timeout_ms) if type(a) is list else None
+        rc = x(engine, peer, op, a, b, c, len(a), timeout_ms)
+    else:
+        x = _np
+        if not x or type(c) is not x[0] or _forked:
+            return transfer_arrays(engine, peer, op, a, b, c, timeout_ms) if x is None else None
+        rc = x[1](engine, peer, op, a, b, c, c.size, timeout_ms)
+    return None if rc < 0 else rc
+
+
 def batch_lists(a, b, c):
     """A batch's three lists (addresses, addresses, lengths) converted in one C call as
     (n, a's, b's and c's uint64* as ints, the array that holds them, to keep until the library

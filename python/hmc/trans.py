@@ -37,6 +37,7 @@ from . import device as _device
 from ._lib import LIB as _L
 from ._lib import batch_lists as _batch_lists
 from ._lib import transfer_arrays as _transfer_arrays
+from ._lib import transfer_batch as _transfer_batch
 from ._lib import transfer_lists as _transfer_lists
 from ._lib import u64_lists as _u64_lists
 
@@ -722,6 +723,15 @@ class TransferEngine:
             return self.send_notify(target, notify)
         return 0
 
+    def _direct(self, what, target, op, buffers, peers, lengths):
+        """The call's result where its lists of plain ints or uint64 NumPy arrays go to the
+        library in one call (_lib.transfer_batch), else None: the caller takes _sync's way."""
+        rc = _transfer_batch(self._h, target, op, buffers, peers, lengths, self.timeout_ms)
+        if rc == 0:
+            self.last_error = ""
+            return 0
+        return None if rc is None else self._rc(rc, what)
+
     def _submit(self, what, target, op, buffers, peers, lengths):
         """A batch id, or 0 (Mooncake's failure sentinel) with last_error set."""
         try:
@@ -742,10 +752,18 @@ class TransferEngine:
         return out.value
 
     def transfer_sync_write(self, target_hostname, buffer, peer_buffer_address, length, transport_hint=""):
+        if self._h is not None and not transport_hint:
+            rc = self._direct("transfer_sync_write", target_hostname, 1, [buffer], [peer_buffer_address], [length])
+            if rc is not None:
+                return rc
         _hint(transport_hint)
         return self._sync("transfer_sync_write", target_hostname, Write, [buffer], [peer_buffer_address], [length])
 
     def transfer_sync_read(self, target_hostname, buffer, peer_buffer_address, length, transport_hint=""):
+        if self._h is not None and not transport_hint:
+            rc = self._direct("transfer_sync_read", target_hostname, 0, [buffer], [peer_buffer_address], [length])
+            if rc is not None:
+                return rc
         _hint(transport_hint)
         return self._sync("transfer_sync_read", target_hostname, Read, [buffer], [peer_buffer_address], [length])
 
@@ -755,10 +773,18 @@ class TransferEngine:
         return self._sync("transfer_sync", target_hostname, op, [buffer], [peer_buffer_address], [length], notify)
 
     def batch_transfer_sync_write(self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""):
+        if self._h is not None and not transport_hint:
+            rc = self._direct("batch_transfer_sync_write", target_hostname, 1, buffers, peer_buffer_addresses, lengths)
+            if rc is not None:
+                return rc
         _hint(transport_hint)
         return self._sync("batch_transfer_sync_write", target_hostname, Write, buffers, peer_buffer_addresses, lengths)
 
     def batch_transfer_sync_read(self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""):
+        if self._h is not None and not transport_hint:
+            rc = self._direct("batch_transfer_sync_read", target_hostname, 0, buffers, peer_buffer_addresses, lengths)
+            if rc is not None:
+                return rc
         _hint(transport_hint)
         return self._sync("batch_transfer_sync_read", target_hostname, Read, buffers, peer_buffer_addresses, lengths)
 
