@@ -396,9 +396,7 @@ def test_batch_one_call_paths(side, monkeypatch):
     import numpy as np
     from hmc import _lib
     te, target = side.te, side.target
-    srcs, dsts = _pieces(side, n=64)
     x, y, x2 = 1000, 700, int("1000")  # x2: x's value, another object
-    lens = [x, x, y, y, y, x2] * 10 + [y, x2, x, y]
     calls = []
 
     def counted(f):
@@ -409,14 +407,16 @@ def test_batch_one_call_paths(side, monkeypatch):
 
     assert _lib.u64_lists([0]) is not None and _lib._xfer is not None, "CPython's list layout is known here"
     monkeypatch.setattr(_lib, "_xfer", counted(_lib._xfer))
-    for r in range(2):
+    for n in (300, 64):  # past the library's stack array (256 requests), and within it
+        srcs, dsts = _pieces(side, n=n)
+        lens = ([x, x, y, y, y, x2] * n)[:n - 4] + [y, x2, x, y]
         data = [rand_bytes(k) for k in lens]
         for a, d in zip(srcs, data):
             assert te.write_bytes_to_buffer(a, d, len(d)) == 0, te.last_error
         assert te.batch_transfer_sync_write(target, srcs, dsts, lens) == 0, te.last_error
         _clear(te, srcs, lens)
         assert te.batch_transfer_sync_read(target, srcs, dsts, lens) == 0, te.last_error
-        assert [te.read_bytes_from_buffer(a, k) for a, k in zip(srcs, lens)] == data, r
+        assert [te.read_bytes_from_buffer(a, k) for a, k in zip(srcs, lens)] == data, n
     assert len(calls) == 4, calls
     wrap = list(dsts)
     wrap[5] = (1 << 64) - 16

@@ -169,7 +169,7 @@ static int requests(const void *a, const void *b, const void *c, int64_t n, int 
 // then converts them its checked way, which names what is wrong.
 int hmc_py_trans_transfer(uint64_t engine, const char *peer, int op, const void *a, const void *b, const void *c,
 			  int64_t n, int timeout_ms) {
-	enum { stack_entries = 1024 };
+	enum { stack_entries = 256 }; // 8 KiB: a Python thread may have a small stack (threading.stack_size)
 	hmc_request here[stack_entries];
 	if (py_save == 0 || n < 1 || n > (1 << 20))
 		return -1;
