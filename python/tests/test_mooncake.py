@@ -105,6 +105,18 @@ def _clear(te, srcs, lens):
         assert te.write_bytes_to_buffer(a, bytes(n), n) == 0
 
 
+def _round_trip(te, target, srcs, dsts, lens, arg=lambda v: v):
+    """Random bytes of lens at srcs written to dsts with one batch, cleared here and read back
+    with another; arg turns each of the three lists into what the calls are given."""
+    data = [rand_bytes(k) for k in lens]
+    for a, d in zip(srcs, data):
+        assert te.write_bytes_to_buffer(a, d, len(d)) == 0, te.last_error
+    assert te.batch_transfer_sync_write(target, arg(srcs), arg(dsts), arg(lens)) == 0, te.last_error
+    _clear(te, srcs, lens)
+    assert te.batch_transfer_sync_read(target, arg(srcs), arg(dsts), arg(lens)) == 0, te.last_error
+    assert [te.read_bytes_from_buffer(a, k) for a, k in zip(srcs, lens)] == data
+
+
 def test_batch_sync_write_read(side):
     te, target = side.te, side.target
     srcs, dsts = _pieces(side)
@@ -376,13 +388,7 @@ def test_batch_uniform_lengths(side):
     n = min(len(srcs), 8)
     srcs, dsts = srcs[:n], dsts[:n]
     for lens in ([100] * n, [100] * (n - 1) + [99]):
-        data = [rand_bytes(k) for k in lens]
-        for a, d in zip(srcs, data):
-            assert te.write_bytes_to_buffer(a, d, len(d)) == 0, te.last_error
-        assert te.batch_transfer_sync_write(target, srcs, dsts, lens) == 0, te.last_error
-        _clear(te, srcs, lens)
-        assert te.batch_transfer_sync_read(target, srcs, dsts, lens) == 0, te.last_error
-        assert [te.read_bytes_from_buffer(a, k) for a, k in zip(srcs, lens)] == data
+        _round_trip(te, target, srcs, dsts, lens)
     with pytest.raises(TypeError, match=r"lengths\[2\]"):
         te.batch_transfer_sync_write(target, srcs, dsts, [100, 100, "x"] + [100] * (n - 3))
 
@@ -410,13 +416,7 @@ def test_batch_one_call_paths(side, monkeypatch):
     for n in (300, 64):  # past the library's stack array (256 requests), and within it
         srcs, dsts = _pieces(side, n=n)
         lens = ([x, x, y, y, y, x2] * n)[:n - 4] + [y, x2, x, y]
-        data = [rand_bytes(k) for k in lens]
-        for a, d in zip(srcs, data):
-            assert te.write_bytes_to_buffer(a, d, len(d)) == 0, te.last_error
-        assert te.batch_transfer_sync_write(target, srcs, dsts, lens) == 0, te.last_error
-        _clear(te, srcs, lens)
-        assert te.batch_transfer_sync_read(target, srcs, dsts, lens) == 0, te.last_error
-        assert [te.read_bytes_from_buffer(a, k) for a, k in zip(srcs, lens)] == data, n
+        _round_trip(te, target, srcs, dsts, lens)
     assert len(calls) == 4, calls
     wrap = list(dsts)
     wrap[5] = (1 << 64) - 16
@@ -430,13 +430,7 @@ def test_batch_one_call_paths(side, monkeypatch):
     assert _lib._np, "NumPy's array layout is read right here"
     monkeypatch.setattr(_lib, "_np", (_lib._np[0], counted(_lib._np[1])))
     del calls[:]
-    data = [rand_bytes(k) for k in lens]
-    for a, d in zip(srcs, data):
-        assert te.write_bytes_to_buffer(a, d, len(d)) == 0, te.last_error
-    assert te.batch_transfer_sync_write(target, u(srcs), u(dsts), u(lens)) == 0, te.last_error
-    _clear(te, srcs, lens)
-    assert te.batch_transfer_sync_read(target, u(srcs), u(dsts), u(lens)) == 0, te.last_error
-    assert [te.read_bytes_from_buffer(a, k) for a, k in zip(srcs, lens)] == data
+    _round_trip(te, target, srcs, dsts, lens, u)
     assert len(calls) == 2, calls
     assert te.batch_transfer_sync_write(target, u(srcs), u(dsts)[:-1], u(lens)) == -1  # declined, then named
     assert "different lengths" in te.last_error, te.last_error
