@@ -100,11 +100,12 @@ func SetError(msg string) {
 	C.free(unsafe.Pointer(cs))
 }
 
-// Deadline turns a C timeout in milliseconds into a context: > 0 bounds the call, <= 0 waits
-// without a deadline.
+// Deadline turns a C timeout in milliseconds into a context: > 0 bounds the call (its timer
+// started only if the call waits: lazyDeadline), <= 0 waits without a deadline.
 func Deadline(ms int) (context.Context, context.CancelFunc) {
 	if ms > 0 {
-		return context.WithTimeout(context.Background(), time.Duration(ms)*time.Millisecond)
+		l := &lazyDeadline{d: time.Now().Add(time.Duration(ms) * time.Millisecond)}
+		return l, l.cancel
 	}
 	return context.WithCancel(context.Background())
 }
