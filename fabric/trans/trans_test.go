@@ -281,8 +281,8 @@ func TestBatchesAndRegistration(t *testing.T) {
 	// Paged: blocks 5, 6, 7 and 2 of the local layout to remote blocks 10, 11, 12 and 0.
 	pg := Paged{Op: Write, LocalBase: memory.AddrOf(src), RemoteBase: tg.addr + 4<<20, BlockSize: blk,
 		LocalBlocks: []uint32{5, 6, 7, 2}, RemoteBlocks: []uint32{10, 11, 12, 0}}
-	if rs, _ := pg.Requests(); len(mergeRequests(rs)) != 2 {
-		t.Fatalf("paged runs not merged: %d requests", len(mergeRequests(rs)))
+	if rs, _ := pg.Requests(); len(mergeInto(nil, rs)) != 2 {
+		t.Fatalf("paged runs not merged: %d requests", len(mergeInto(nil, rs)))
 	}
 	if err := e.TransferPaged(ctx, tg.id, pg, &Notify{Msg: "paged done"}); err != nil {
 		t.Fatal(err)

@@ -434,23 +434,10 @@ func (e *Engine) ring(pl memory.Place) (*transport.HostRing, error) {
 	return r, nil
 }
 
-// mergeRequests joins neighbours of the same direction whose local and remote ranges are both
-// contiguous.
-func mergeRequests(reqs []Request) []Request {
-	// A KV batch's blocks are scattered: most batches have nothing to merge, and then the
-	// caller's slice is used as it is (no copy per batch).
-	merges := false
-	for i := 1; i < len(reqs) && !merges; i++ {
-		merges = continues(reqs[i-1], reqs[i])
-	}
-	if !merges {
-		return reqs
-	}
-	return mergeInto(make([]Request, 0, len(reqs)), reqs)
-}
-
-// mergeInto appends reqs to out with each request that continues the one before it merged
-// into it, and returns out.
+// mergeInto appends reqs to out with each request that continues the one before it (same
+// direction, local and remote ranges both contiguous) merged into it, and returns out. start
+// calls it only for a batch where one does: a KV batch's blocks are mostly scattered, and its
+// slice is then posted as it is.
 func mergeInto(out, reqs []Request) []Request {
 	for _, r := range reqs {
 		if n := len(out); n > 0 {
