@@ -245,6 +245,11 @@ def _probe(lib):
 
 _xfer = None  # hmc_py_trans_transfer (a PYFUNCTYPE), once hmc_py_setup took this interpreter
 
+# hmc_py_trans_transfer's and hmc_py_trans_arrays' prototype: engine, peer, op, the three
+# objects, n, timeout_ms. PYFUNCTYPE: the GIL stays held while they read their arguments.
+_BATCH_PROTO = ctypes.PYFUNCTYPE(_int, _u64, _str, _int, ctypes.py_object, ctypes.py_object, ctypes.py_object,
+                                 ctypes.c_int64, _int)
+
 
 def _setup_transfer(lib, lt, it, layout):
     """Readies hmc_py_trans_transfer (pylist.c): a batch's three lists read and run in one C
@@ -256,9 +261,7 @@ def _setup_transfer(lib, lt, it, layout):
         save, restore = (ctypes.cast(getattr(api, f), ctypes.c_void_p).value
                          for f in ("PyEval_SaveThread", "PyEval_RestoreThread"))
         setup = lib.hmc_py_setup
-        proto = ctypes.PYFUNCTYPE(_int, _u64, _str, _int, ctypes.py_object, ctypes.py_object, ctypes.py_object,
-                                  ctypes.c_int64, _int)
-        raw = proto(("hmc_py_trans_transfer", lib))
+        raw = _BATCH_PROTO(("hmc_py_trans_transfer", lib))
     except (AttributeError, ValueError):  # an older library, an interpreter without them
         return
     setup.argtypes, setup.restype = [_ptr, _ptr, _int, _ptr, _ptr], _int
@@ -310,9 +313,7 @@ def _probe_numpy(lib, ndarray):
         return False
     try:
         setup, data = lib.hmc_py_setup_numpy, lib.hmc_py_array_data
-        proto = ctypes.PYFUNCTYPE(_int, _u64, _str, _int, ctypes.py_object, ctypes.py_object, ctypes.py_object,
-                                  ctypes.c_int64, _int)
-        raw = proto(("hmc_py_trans_arrays", lib))
+        raw = _BATCH_PROTO(("hmc_py_trans_arrays", lib))
     except AttributeError:  # an older library
         return False
     u64 = np.dtype(np.uint64)

@@ -36,9 +36,7 @@ from . import Status, _b, _seq, _u64, _u64s
 from . import device as _device
 from ._lib import LIB as _L
 from ._lib import batch_lists as _batch_lists
-from ._lib import transfer_arrays as _transfer_arrays
 from ._lib import transfer_batch as _transfer_batch
-from ._lib import transfer_lists as _transfer_lists
 from ._lib import u64_lists as _u64_lists
 
 __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "TransferStatus", "InnerTransferEngine",
@@ -684,20 +682,12 @@ class TransferEngine:
     # ---- transfers ----------------------------------------------------------------------------
 
     def _sync(self, what, target, op, buffers, peers, lengths, notify=None):
-        # Three lists of plain ints (what SGLang's and vLLM's connectors pass) go to the
-        # library in one C pass; it declines anything else, which the checked path converts
-        # (naming what is wrong).
+        # What _direct declined, or a batch with a notification. Three lists of plain ints go
+        # to the library in one C pass; it declines anything else, which the checked path
+        # converts (naming what is wrong).
         fast = None
         if type(lengths) is list and 0 < len(lengths) <= _MAX_BATCH:
-            if self._h is not None and notify is None and type(buffers) is list:
-                rc = _transfer_lists(self._h, _b(target), int(op), buffers, peers, lengths, self.timeout_ms)
-                if rc is not None:  # read and run in one library call
-                    return self._rc(rc, what)
             fast = _batch_lists(buffers, peers, lengths)
-        elif self._h is not None and notify is None and type(lengths) is not list:
-            rc = _transfer_arrays(self._h, _b(target), int(op), buffers, peers, lengths, self.timeout_ms)
-            if rc is not None:  # three uint64 NumPy arrays: read and run in one library call
-                return self._rc(rc, what)
         if fast is not None:
             n, pl, pr, ps, keep = fast
         elif (fast := _fast_batch(buffers, peers, lengths)) is not None:
@@ -770,6 +760,10 @@ class TransferEngine:
     def transfer_sync(self, target_hostname, buffer, peer_buffer_address, length, opcode, notify=None, transport_hint=""):
         _hint(transport_hint)
         op = TransferOpcode(int(opcode))
+        if notify is None and self._h is not None:
+            rc = self._direct("transfer_sync", target_hostname, int(op), [buffer], [peer_buffer_address], [length])
+            if rc is not None:
+                return rc
         return self._sync("transfer_sync", target_hostname, op, [buffer], [peer_buffer_address], [length], notify)
 
     def batch_transfer_sync_write(self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""):
@@ -792,6 +786,10 @@ class TransferEngine:
                             transport_hint=""):
         _hint(transport_hint)
         op = TransferOpcode(int(opcode))
+        if notify is None and self._h is not None:
+            rc = self._direct("batch_transfer_sync", target_hostname, int(op), buffers, peer_buffer_addresses, lengths)
+            if rc is not None:
+                return rc
         return self._sync("batch_transfer_sync", target_hostname, op, buffers, peer_buffer_addresses, lengths, notify)
 
     def batch_transfer_async_write(self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""):

@@ -418,6 +418,16 @@ def test_batch_one_call_paths(side, monkeypatch):
         lens = ([x, x, y, y, y, x2] * n)[:n - 4] + [y, x2, x, y]
         _round_trip(te, target, srcs, dsts, lens)
     assert len(calls) == 4, calls
+    # The opcode forms without a notification take the same call.
+    data = [rand_bytes(k) for k in lens]
+    for a, d in zip(srcs, data):
+        assert te.write_bytes_to_buffer(a, d, len(d)) == 0, te.last_error
+    assert te.batch_transfer_sync(target, srcs, dsts, lens, te.TransferOpcode.Write) == 0, te.last_error
+    _clear(te, srcs, lens)
+    assert te.batch_transfer_sync(target, srcs, dsts, lens, te.TransferOpcode.Read) == 0, te.last_error
+    assert te.transfer_sync(target, srcs[0], dsts[0], lens[0], te.TransferOpcode.Read) == 0, te.last_error
+    assert [te.read_bytes_from_buffer(a, k) for a, k in zip(srcs, lens)] == data
+    assert len(calls) == 7, calls
     wrap = list(dsts)
     wrap[5] = (1 << 64) - 16
     assert te.batch_transfer_sync_write(target, srcs, wrap, lens) == -1
