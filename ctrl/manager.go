@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hmc-go/hmc/auth"
@@ -139,12 +140,13 @@ type Manager struct {
 	wg   sync.WaitGroup
 
 	mu        sync.Mutex
-	peers     map[uint32]*peer // guarded by mu
-	listeners []net.Listener   // guarded by mu
-	tcpAddr   *net.TCPAddr     // guarded by mu
-	udsPath   string           // guarded by mu
-	closed    bool             // guarded by mu
-	hellos    chan struct{}    // semaphore of handshakes in progress
+	peers     map[uint32]*peer     // guarded by mu
+	last      atomic.Pointer[peer] // the rank peerFor found last, if still in peers; stored under mu
+	listeners []net.Listener       // guarded by mu
+	tcpAddr   *net.TCPAddr         // guarded by mu
+	udsPath   string               // guarded by mu
+	closed    bool                 // guarded by mu
+	hellos    chan struct{}        // semaphore of handshakes in progress
 }
 
 // New returns a Manager. It starts nothing until Listen or a Dial.
@@ -386,6 +388,7 @@ func (m *Manager) Close() error {
 		return nil
 	}
 	m.closed = true
+	m.last.Store(nil)
 	close(m.done)
 	ls := m.listeners
 	peers := make([]*peer, 0, len(m.peers))

@@ -52,16 +52,15 @@ type pconn struct {
 	done    chan struct{}
 	once    sync.Once
 
-	rtok       chan struct{} // cap 1: holding its value is the right to read c
-	waiters    atomic.Int32  // Recv calls driving c; the reader stands aside while > 0
-	lastWaiter atomic.Int64  // nanotime when the last of them left
-	readerIn   atomic.Bool   // the connection's reader holds rtok: interrupt it to get it
-	rkick      atomic.Bool   // a read deadline in the past may be set: clear it before reading
-	br         *bufio.Reader // guarded by rtok
-	fc         *fdconn.Conn  // c off the netpoller, or nil (c is the runtime's)
-	part       *Message      // a large frame read in part (by a reader that was interrupted); guarded by rtok
-	got        int           // bytes of part's payload read; guarded by rtok
-	held       *Message      // a frame whose inbox was full; guarded by rtok
+	rtok     chan struct{} // cap 1: holding its value is the right to read c
+	waits    atomic.Uint64 // low 32 bits: Recv calls driving c (the reader stands aside while any); high: how many left
+	readerIn atomic.Bool   // the connection's reader holds rtok: interrupt it to get it
+	rkick    atomic.Bool   // a read deadline in the past may be set: clear it before reading
+	br       *bufio.Reader // guarded by rtok
+	fc       *fdconn.Conn  // c off the netpoller, or nil (c is the runtime's)
+	part     *Message      // a large frame read in part (by a reader that was interrupted); guarded by rtok
+	got      int           // bytes of part's payload read; guarded by rtok
+	held     *Message      // a frame whose inbox was full; guarded by rtok
 }
 
 // kickRead interrupts whoever reads pc now (or next) with a read deadline in the past.
@@ -76,7 +75,6 @@ func newPconn(c net.Conn, spin time.Duration) *pconn {
 	pc := &pconn{c: c, done: make(chan struct{}), rtok: make(chan struct{}, 1), br: bufio.NewReaderSize(r, readBuf)}
 	pc.fc, _ = c.(*fdconn.Conn)
 	pc.rtok <- struct{}{}
-	pc.lastWaiter.Store(nanotime() - int64(linger)) // the reader starts at once
 	return pc
 }
 
@@ -149,7 +147,13 @@ func (p *peer) connEnded(pc *pconn, why error) {
 }
 
 // peerFor returns the state of rank id, creating it.
+//
+// The rank found last is kept aside (m.last) for a loop of calls to one rank, which then takes
+// no lock; dropping a rank from peers, or closing, clears it.
 func (m *Manager) peerFor(id uint32) (*peer, error) {
+	if p := m.last.Load(); p != nil && p.id == id {
+		return p, nil
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -160,6 +164,7 @@ func (m *Manager) peerFor(id uint32) (*peer, error) {
 		p = newPeer(id, m.cfg.InboxDepth)
 		m.peers[id] = p
 	}
+	m.last.Store(p)
 	return p, nil
 }
 
@@ -211,8 +216,10 @@ func (m *Manager) read(p *peer, pc *pconn) error {
 	t := time.NewTimer(linger)
 	defer t.Stop()
 	interrupted := false
+	var seen uint64 // pc.waits when the reader last looked: no Recv yet, it starts at once
 	for {
-		if pc.waiters.Load() > 0 || time.Duration(nanotime()-pc.lastWaiter.Load()) < linger {
+		if w := pc.waits.Load(); uint32(w) > 0 || w != seen {
+			seen = w
 			t.Reset(linger)
 			select {
 			case <-t.C:
@@ -233,7 +240,7 @@ func (m *Manager) read(p *peer, pc *pconn) error {
 		}
 		pc.readerIn.Store(true)
 		var err error
-		if pc.waiters.Load() == 0 {
+		if uint32(pc.waits.Load()) == 0 {
 			if pc.fc != nil {
 				pc.fc.SetReadContext(context.Background()) // not the last Recv's
 				pc.fc.SetDirectReads(false)                // a waiter's interruption reaches it at once
@@ -249,15 +256,11 @@ func (m *Manager) read(p *peer, pc *pconn) error {
 	}
 }
 
-// linger is how long the connection's reader stays aside after the last Recv left. Its
+// linger is how long the connection's reader stays aside after the last Recv left (between
+// linger and twice it: the reader looks once per linger whether a Recv came or left). Its
 // timer must be slow: a runtime timer due within a few milliseconds makes every idle
 // netpoll sleep a timed one, which measured 9 -> 40-50 µs per two-process round trip here.
 const linger = 50 * time.Millisecond
-
-var clockBase = time.Now()
-
-// nanotime is a monotonic clock reading in nanoseconds.
-func nanotime() int64 { return int64(time.Since(clockBase)) }
 
 // pump reads frames while the caller holds the read token, delivering each to its inbox,
 // until one for inbox want arrives (returned, not queued; want nil: never) or reading fails.
@@ -331,7 +334,8 @@ func (m *Manager) frame(p *peer, pc *pconn) (Message, error) {
 			return msg, nil
 		}
 		_, _ = pc.br.Discard(HeaderSize)
-		pc.part, pc.got = &msg, 0
+		part := msg // only this copy goes to the heap, not every frame's Message
+		pc.part, pc.got = &part, 0
 	}
 	for pc.got < len(pc.part.Payload) {
 		k, err := pc.br.Read(pc.part.Payload[pc.got:])
@@ -426,6 +430,7 @@ func (m *Manager) ClosePeer(id uint32) error {
 	m.mu.Lock()
 	p, ok := m.peers[id]
 	delete(m.peers, id)
+	m.last.Store(nil)
 	m.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("ctrl: close rank %d: %w", id, status.ErrNotFound)
@@ -440,6 +445,7 @@ func (m *Manager) CloseAll() {
 	m.mu.Lock()
 	peers := m.peers
 	m.peers = make(map[uint32]*peer)
+	m.last.Store(nil)
 	m.mu.Unlock()
 	for id, p := range peers {
 		p.closeConn(fmt.Errorf("ctrl: rank %d: %w", id, status.ErrClosed))
@@ -633,11 +639,9 @@ func (m *Manager) recv(ctx context.Context, id uint32, t MsgType) (Message, erro
 // leaves; meanwhile that one delivers q's messages to q) and reads frames until one for q
 // arrives. ok false: the connection changed, look again.
 func (m *Manager) drive(ctx context.Context, p *peer, pc *pconn, q chan Message, changed <-chan struct{}) (msg Message, ok bool, err error) {
-	pc.waiters.Add(1)
-	defer func() {
-		pc.lastWaiter.Store(nanotime())
-		pc.waiters.Add(-1)
-	}()
+	pc.waits.Add(1)
+	defer pc.waits.Add(1<<32 - 1) // one fewer driving, one more that left: no clock read
+
 	if pc.readerIn.Load() {
 		pc.kickRead() // the reader steps aside (a waiter it hits reads on)
 	}
@@ -656,7 +660,7 @@ func (m *Manager) drive(ctx context.Context, p *peer, pc *pconn, q chan Message,
 	}
 	// No read deadline from ctx: arming a runtime timer per call wakes the netpoller, which
 	// costs more than the round trip; ctx's end interrupts the read instead.
-	if pc.rkick.Swap(false) {
+	if pc.rkick.Load() && pc.rkick.Swap(false) {
 		_ = pc.c.SetReadDeadline(time.Time{})
 	}
 	if pc.fc != nil {

@@ -39,6 +39,8 @@ type half struct {
 	waiting  atomic.Bool     // a call may be in poll(2): a deadline change must kick it
 	direct   bool            // calls block in the socket's own call first (SetDirectReads); guarded by mu
 	ctx      context.Context // the calls' context; guarded by mu (set between calls)
+	ctxDone  bool            // ctx can end (its Done is not nil); set with ctx
+	ctxEnd   int64           // ctx's deadline on the clock of mono, 0 if none; set with ctx
 
 	armMu sync.Mutex      // guards armed and stop (Close stops them without mu)
 	armed context.Context // the context an AfterFunc kicks this half for, if any
@@ -228,16 +230,37 @@ func (c *Conn) mayBlock(h *half) bool {
 	if d := h.deadline.Load(); d != 0 && d-time.Now().UnixNano() < int64(Slice) {
 		return false
 	}
-	if ctx := h.ctx; ctx != nil && ctx.Done() != nil {
-		if ctx.Err() != nil {
+	if h.ctxDone {
+		if h.ctx.Err() != nil {
 			return false
 		}
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < Slice {
+		if e := h.ctxEnd; e != 0 && e-mono() < int64(Slice) {
 			return false
 		}
 	}
 	return true
 }
+
+// setCtx makes ctx the half's context. A context set again (a loop of calls with one) is not
+// looked at again: its deadline was read the first time.
+func (h *half) setCtx(ctx context.Context) {
+	if ctx == h.ctx {
+		return
+	}
+	h.ctx, h.ctxDone, h.ctxEnd = ctx, ctx != nil && ctx.Done() != nil, 0
+	if !h.ctxDone {
+		return
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		h.ctxEnd = max(int64(dl.Sub(clockBase)), 1)
+	}
+}
+
+var clockBase = time.Now()
+
+// mono is a monotonic clock reading in nanoseconds since clockBase: one clock read, where
+// time.Now (wall and monotonic) takes two.
+func mono() int64 { return int64(time.Since(clockBase)) }
 
 // op makes the half's system call once: a read into b, or a write of b or bufs. It blocks
 // for at most a slice (then EAGAIN, or a partial count).
@@ -337,7 +360,7 @@ func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
 // would, when ctx ends (context.Background(): never). The context costs nothing until a read
 // must wait; then one context.AfterFunc is kept for it until another context is set and
 // waited with, or the Conn closes. Not to be called while a Read runs.
-func (c *Conn) SetReadContext(ctx context.Context) { c.rd.ctx = ctx }
+func (c *Conn) SetReadContext(ctx context.Context) { c.rd.setCtx(ctx) }
 
 // SetDirectReads chooses how the reads that follow wait: on (the default), in read(2) for up
 // to a Slice and then in poll(2); off, in poll(2) at once, where a deadline set meanwhile, a
@@ -351,7 +374,7 @@ func (c *Conn) SetDirectReads(on bool) { c.rd.direct = on }
 const Slice = time.Millisecond
 
 // SetWriteContext is SetReadContext for writes.
-func (c *Conn) SetWriteContext(ctx context.Context) { c.wr.ctx = ctx }
+func (c *Conn) SetWriteContext(ctx context.Context) { c.wr.setCtx(ctx) }
 
 // SetDeadline implements net.Conn.
 func (c *Conn) SetDeadline(t time.Time) error {
