@@ -17,8 +17,8 @@ ucx=false
 if pkg-config --exists ucx 2>/dev/null; then go build -tags ucx -o "$tmp/hmcucx" ./cmd/hmc && ucx=true; fi
 declare -A v
 for i in $(seq "$R"); do
-  v[put]+="$("$tmp/hmc" bench --transport tcp --op put --sizes 4MiB --duration 3s --json | field put '' gbps) "
-  out=$("$tmp/hmc" bench --transport tcp --op put --sizes 2MiB,8MiB,32MiB --duration 2s --json)
+  v[put]+="$("$tmp/hmc" bench --transport tcp --op put --sizes 4MiB --warmup 50 --duration 3s --json | field put '' gbps) "
+  out=$("$tmp/hmc" bench --transport tcp --op put --sizes 2MiB,8MiB,32MiB --warmup 50 --duration 2s --json)
   for s in 4096 16384 65536; do
     v[same_$s]+="$(echo "$out" | field put $((512 * s)) gbps) "
   done
