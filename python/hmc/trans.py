@@ -723,12 +723,18 @@ class TransferEngine:
         return None if rc is None else self._rc(rc, what)
 
     def _submit(self, what, target, op, buffers, peers, lengths):
-        """A batch id, or 0 (Mooncake's failure sentinel) with last_error set."""
-        try:
-            n, pl, pr, ps, keep = _batch(buffers, peers, lengths)  # keep: pl, pr, ps's memory
-        except _Mismatch as e:
-            self._fail(f"{what}: {e}")
-            return 0
+        """A batch id, or 0 (Mooncake's failure sentinel) with last_error set. Three uint64
+        NumPy arrays go by address, three lists of plain ints through one C pass (_batch), as
+        _sync takes them; the library copies the lists before it returns."""
+        keep = None
+        if (fast := _fast_batch(buffers, peers, lengths)) is not None:
+            n, pl, pr, ps = fast  # the caller's arrays: alive for the call
+        else:
+            try:
+                n, pl, pr, ps, keep = _batch(buffers, peers, lengths)  # keep: pl, pr, ps's memory
+            except _Mismatch as e:
+                self._fail(f"{what}: {e}")
+                return 0
         if not self._ready(what):
             return 0
         if not n:

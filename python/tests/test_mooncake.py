@@ -192,6 +192,23 @@ def test_batch_async_write_read(side):
         assert bid != 0, te.last_error
         assert te.get_batch_transfer_status([bid]) == 0
         assert [te.read_bytes_from_buffer(a, n) for a, n in zip(srcs, lens)] == data, r
+    # The same batches as uint64 NumPy arrays, which go to the library by address; a wrapped
+    # range is refused whole with the entry named, as from lists.
+    import numpy as np
+    u = lambda v: np.array(v, dtype=np.uint64)  # noqa: E731
+    data, lens = _fill(te, srcs)
+    bid = te.batch_transfer_async_write(target, u(srcs), u(dsts), u(lens))
+    assert bid != 0, te.last_error
+    assert te.get_batch_transfer_status([bid]) == 0, te.last_error
+    _clear(te, srcs, lens)
+    bid = te.batch_transfer_async_read(target, u(srcs), u(dsts), u(lens))
+    assert bid != 0, te.last_error
+    assert te.get_batch_transfer_status([bid]) == 0, te.last_error
+    assert [te.read_bytes_from_buffer(a, n) for a, n in zip(srcs, lens)] == data
+    wrap = u(dsts)
+    wrap[3] = (1 << 64) - 16
+    assert te.batch_transfer_async_write(target, u(srcs), wrap, u(lens)) == 0
+    assert "entry 3" in te.last_error and "address space" in te.last_error, te.last_error
     # One write submitted, polled to completion (1), checked by the target.
     data = pattern(4096, 5)
     te.write_bytes_to_buffer(side.local, data, len(data))
