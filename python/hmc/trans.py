@@ -244,6 +244,21 @@ def _batch(buffers, peer_buffer_addresses, lengths):
     return n, _arr(locs), _arr(rems), _arr(lens), (locs, rems, lens)
 
 
+def _converted(buffers, peer_buffer_addresses, lengths):
+    """(n, locals, remotes, sizes, keep) as _batch gives them, the quick ways first: three
+    lists of plain ints in one C pass, three uint64 NumPy arrays by address (the caller's
+    arrays, alive for the call: keep None); anything else _batch's checked conversion, which
+    names what is wrong (_Mismatch)."""
+    if type(lengths) is list and 0 < len(lengths) <= _MAX_BATCH:
+        fast = _batch_lists(buffers, peer_buffer_addresses, lengths)
+        if fast is not None:
+            return fast
+    fast = _fast_batch(buffers, peer_buffer_addresses, lengths)
+    if fast is not None:
+        return (*fast, None)
+    return _batch(buffers, peer_buffer_addresses, lengths)
+
+
 def _same(vals):
     """array.array('Q') of a list whose entries all equal its first, an int in range (a KV
     batch's lengths mostly are): one C-level comparison pass, not a conversion per entry
@@ -682,22 +697,12 @@ class TransferEngine:
     # ---- transfers ----------------------------------------------------------------------------
 
     def _sync(self, what, target, op, buffers, peers, lengths, notify=None):
-        # What _direct declined, or a batch with a notification. Three lists of plain ints go
-        # to the library in one C pass; it declines anything else, which the checked path
-        # converts (naming what is wrong).
-        fast = None
-        if type(lengths) is list and 0 < len(lengths) <= _MAX_BATCH:
-            fast = _batch_lists(buffers, peers, lengths)
-        if fast is not None:
-            n, pl, pr, ps, keep = fast
-        elif (fast := _fast_batch(buffers, peers, lengths)) is not None:
-            n, pl, pr, ps = fast
-        else:
-            try:
-                n, pl, pr, ps, keep = _batch(buffers, peers, lengths)  # keep: pl, pr, ps's memory
-            except _Mismatch as e:
-                self._fail(f"{what}: {e}")
-                return -1
+        # What _direct declined, or a batch with a notification.
+        try:
+            n, pl, pr, ps, keep = _converted(buffers, peers, lengths)  # keep: pl, pr, ps's memory
+        except _Mismatch as e:
+            self._fail(f"{what}: {e}")
+            return -1
         if not self._ready(what):
             return -1
         if not n:
@@ -723,18 +728,12 @@ class TransferEngine:
         return None if rc is None else self._rc(rc, what)
 
     def _submit(self, what, target, op, buffers, peers, lengths):
-        """A batch id, or 0 (Mooncake's failure sentinel) with last_error set. Three uint64
-        NumPy arrays go by address, three lists of plain ints through one C pass (_batch), as
-        _sync takes them; the library copies the lists before it returns."""
-        keep = None
-        if (fast := _fast_batch(buffers, peers, lengths)) is not None:
-            n, pl, pr, ps = fast  # the caller's arrays: alive for the call
-        else:
-            try:
-                n, pl, pr, ps, keep = _batch(buffers, peers, lengths)  # keep: pl, pr, ps's memory
-            except _Mismatch as e:
-                self._fail(f"{what}: {e}")
-                return 0
+        """A batch id, or 0 (Mooncake's failure sentinel) with last_error set."""
+        try:
+            n, pl, pr, ps, keep = _converted(buffers, peers, lengths)  # keep: pl, pr, ps's memory
+        except _Mismatch as e:
+            self._fail(f"{what}: {e}")
+            return 0
         if not self._ready(what):
             return 0
         if not n:
