@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"runtime"
@@ -348,8 +349,8 @@ func (ep *endpoint) copyOp(ctx context.Context, put bool, localOff, remoteOff, n
 }
 
 // copy copies src to dst, splitting large copies across the endpoint's helper goroutines. The
-// caller copies pieces from a shared cursor and helpers join when they pick the job up: a
-// helper that comes late finds little or nothing left, so a slow wake-up (tens of µs on a VM)
+// caller copies pieces from the job's front and helpers from its back when they pick it up
+// (claim): a helper that comes late finds little or nothing left, so a slow wake-up (tens of µs on a VM)
 // never delays the copy beyond the piece it is working on, and the caller waits only for pieces
 // already claimed. Helpers spin for a while after each job (HelperSpin), so back-to-back large
 // copies find them awake.
@@ -383,8 +384,9 @@ func copyWith(cfg *Config, h *helpers, dst, src []byte) {
 	shared := h.choice.pick(n, start)
 	if shared {
 		workers := uint64(cap(h.jobs) + 1)
+		piece := max(cfg.PieceSize, (n/(workers*4)+4095)&^4095)
 		h.share(&copyJob{dst: dst, src: src, n: n, big: big, pieceMin: cfg.PieceSize,
-			piece: max(cfg.PieceSize, (n/(workers*4)+4095)&^4095)}, int(workers-1))
+			piece: piece, units: uint32((n + piece - 1) / piece)}, int(workers-1))
 	} else {
 		pieceCopy(dst, src, cfg.PieceSize, big)
 	}
@@ -450,14 +452,16 @@ func (c *Copier) Close() { c.helpers.close() }
 const claimWait = 200 * time.Microsecond
 
 type copyJob struct {
-	dst, src   []byte
-	n, piece   uint64
-	pieceMin   uint64
-	big        bool
-	next, left atomic.Int64
-	done       chan struct{} // closed by whoever copies the last byte
-	vd, vs     [][]byte      // a vector job (CopyV): pieces claimed whole, by index
-	group      int64         // a vector job's pieces per claim
+	dst, src []byte
+	n, piece uint64
+	pieceMin uint64
+	big      bool
+	ends     atomic.Uint64 // the unclaimed units [front, back): front in the low 32 bits (claim)
+	units    uint32        // the job's units: pieces of piece bytes, or a vector's pieces
+	left     atomic.Int64
+	done     chan struct{} // closed by whoever copies the last byte
+	vd, vs   [][]byte      // a vector job (CopyV): pieces claimed whole, by index
+	group    int64         // a vector job's pieces per claim
 
 	// An addressed vector job (an endpoint's one-region vector): piece k is locs[k] and as many
 	// bytes of rmem at rems[k].Addr-rbase (checked before), copied into rmem when toRemote,
@@ -475,7 +479,7 @@ type copyJob struct {
 // sharing has been paying (choiceV).
 func runV(cfg *Config, h *helpers, j *copyJob, total uint64, pieces int) {
 	j.pieceMin = cfg.PieceSize
-	if total < cfg.ParallelThreshold || h == nil || pieces < 2 {
+	if total < cfg.ParallelThreshold || h == nil || pieces < 2 || uint64(pieces) > math.MaxUint32 {
 		j.solo(cfg)
 		return
 	}
@@ -484,6 +488,7 @@ func runV(cfg *Config, h *helpers, j *copyJob, total uint64, pieces int) {
 	if shared {
 		j.n = total
 		j.group = int64(max(1, cfg.PieceSize/max(1, total/uint64(pieces))))
+		j.units = uint32(pieces)
 		h.share(j, min(cap(h.jobs), pieces-1))
 	} else {
 		j.solo(cfg)
@@ -523,28 +528,57 @@ func (j *copyJob) copyPieces(from, to int, solo bool, half uint64) int64 {
 	return n
 }
 
+// claim takes up to g of the job's unclaimed units, from the front for the caller and from
+// the back for a helper, and returns them as [from, to) (empty when none is left). Taking the
+// two ends keeps each core on the same part of the job from one copy to the next, so that a
+// batch copied again and again finds its bytes in that core's caches: with one shared cursor
+// the parts changed hands copy to copy, and a 2 MiB vector of 4 KiB pieces shared by two cores
+// of a 2 MiB-L2 VM took 69-72 µs against 53-63 for one 2 MiB copy (BenchmarkVector).
+func (j *copyJob) claim(g uint32, back bool) (from, to uint32) {
+	for {
+		s := j.ends.Load()
+		f, b := uint32(s), uint32(s>>32)
+		if f >= b {
+			return 0, 0
+		}
+		if back {
+			from, to = f, b
+			if b-f > g {
+				from = b - g
+			}
+			if j.ends.CompareAndSwap(s, uint64(f)|uint64(from)<<32) {
+				return from, to
+			}
+		} else {
+			from, to = f, b
+			if b-f > g {
+				to = f + g
+			}
+			if j.ends.CompareAndSwap(s, uint64(to)|uint64(b)<<32) {
+				return from, to
+			}
+		}
+	}
+}
+
 // workV copies whole pieces of a vector job until none is left, claiming them group pieces at
 // a time (a claim per piece would bounce the job's counters between the cores for every small
 // block of a KV batch).
-func (j *copyJob) workV() {
-	g := max(j.group, 1)
-	pieces := int64(len(j.vs))
-	if j.locs != nil {
-		pieces = int64(len(j.locs))
-	}
+func (j *copyJob) workV(back bool) {
+	g := uint32(max(j.group, 1))
 	for {
-		i := j.next.Add(g) - g
-		if i >= pieces {
+		i, e := j.claim(g, back)
+		if i >= e {
 			return
 		}
 		if j.locs != nil {
-			if n := j.copyPieces(int(i), int(min(i+g, pieces)), false, 0); n > 0 && j.left.Add(-n) == 0 {
+			if n := j.copyPieces(int(i), int(e), false, 0); n > 0 && j.left.Add(-n) == 0 {
 				close(j.done)
 			}
 			continue
 		}
 		var n int64
-		for k := i; k < min(i+g, int64(len(j.vs))); k++ {
+		for k := i; k < e; k++ {
 			m := min(len(j.vs[k]), len(j.vd[k]))
 			pieceCopy(j.vd[k][:m], j.vs[k][:m], j.pieceMin, j.big)
 			n += int64(m)
@@ -555,17 +589,19 @@ func (j *copyJob) workV() {
 	}
 }
 
-// work copies pieces of j until none is left to claim.
-func (j *copyJob) work() {
+// work copies pieces of j until none is left to claim: the caller from the job's front, a
+// helper (back) from its back.
+func (j *copyJob) work(back bool) {
 	if j.vd != nil || j.locs != nil {
-		j.workV()
+		j.workV(back)
 		return
 	}
 	for {
-		off := uint64(j.next.Add(int64(j.piece))) - j.piece
-		if off >= j.n {
+		i, e := j.claim(1, back)
+		if i >= e {
 			return
 		}
+		off := uint64(i) * j.piece
 		end := min(off+j.piece, j.n)
 		pieceCopy(j.dst[off:end], j.src[off:end], j.pieceMin, j.big)
 		if j.left.Add(-int64(end-off)) == 0 {
@@ -592,6 +628,7 @@ type helpers struct {
 // share copies j on the caller and up to n helpers and waits for every piece.
 func (h *helpers) share(j *copyJob, n int) {
 	j.left.Store(int64(j.n))
+	j.ends.Store(uint64(j.units) << 32)
 	j.done = make(chan struct{})
 	for range n {
 		select {
@@ -599,7 +636,7 @@ func (h *helpers) share(j *copyJob, n int) {
 		default: // helpers busy with an earlier job's tail: do without them
 		}
 	}
-	j.work()
+	j.work(false)
 	for until := time.Now().Add(claimWait); j.left.Load() != 0; { // pieces claimed by helpers
 		if !time.Now().Before(until) { // time.Now is also the loop's preemption point
 			<-j.done
@@ -645,7 +682,7 @@ func (h *helpers) run() {
 				return
 			}
 		}
-		j.work()
+		j.work(true)
 	}
 }
 
