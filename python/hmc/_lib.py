@@ -375,6 +375,29 @@ def transfer_batch(engine, peer, op, a, b, c, timeout_ms):
     return None if rc < 0 else rc
 
 
+_ND = [None, None]  # numpy.ndarray and its native uint64 dtype, once an ndarray was seen
+
+
+def u64_addr(vals):
+    """The address of vals' memory when it is a one-dimensional, C-contiguous, non-empty NumPy
+    array of native 8-byte unsigned integers (what the KV connectors build): nothing to check
+    or convert, the caller keeps vals alive while the library reads it; else None."""
+    t = type(vals)
+    if t is not _ND[0]:
+        if t.__name__ != "ndarray" or t.__module__ != "numpy":
+            return None
+        import numpy
+        _ND[1], _ND[0] = numpy.dtype(numpy.uint64), t
+    # identity with numpy's own uint64 dtype (one check, not kind, size and byte order); an
+    # equal dtype that is another object takes the checked path, which accepts it
+    if vals.dtype is not _ND[1] or vals.ndim != 1 or not vals.flags.c_contiguous or not len(vals):
+        return None
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(vals))  # a third of .ctypes.data's cost
+    except (TypeError, ValueError):  # read-only
+        return vals.ctypes.data
+
+
 def batch_lists(a, b, c):
     """A batch's three lists (addresses, addresses, lengths) converted in one C call as
     (n, a's, b's and c's uint64* as ints, the array that holds them, to keep until the library

@@ -37,6 +37,7 @@ from . import device as _device
 from ._lib import LIB as _L
 from ._lib import batch_lists as _batch_lists
 from ._lib import transfer_batch as _transfer_batch
+from ._lib import u64_addr as _u64_addr
 from ._lib import u64_lists as _u64_lists
 
 __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "TransferStatus", "InnerTransferEngine",
@@ -184,29 +185,6 @@ def _vec(name, vals, conv=None):
 
 class _Mismatch(ValueError):
     """Lists of different lengths: Mooncake's calls return their failure value for it."""
-
-
-_ND = [None, None]  # numpy.ndarray and its native uint64 dtype, once an ndarray was seen
-
-
-def _u64_addr(vals):
-    """The address of vals' memory when it is a one-dimensional, C-contiguous NumPy array of
-    native 8-byte unsigned integers (what the KV connectors build): nothing to check or
-    convert; else None."""
-    t = type(vals)
-    if t is not _ND[0]:
-        if t.__name__ != "ndarray" or t.__module__ != "numpy":
-            return None
-        import numpy
-        _ND[1], _ND[0] = numpy.dtype(numpy.uint64), t
-    # identity with numpy's own uint64 dtype (one check, not kind, size and byte order); an
-    # equal dtype that is another object takes the checked path, which accepts it
-    if vals.dtype is not _ND[1] or vals.ndim != 1 or not vals.flags.c_contiguous or not len(vals):
-        return None
-    try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(vals))  # a third of .ctypes.data's cost
-    except (TypeError, ValueError):  # read-only
-        return vals.ctypes.data
 
 
 def _fast_batch(buffers, peer_buffer_addresses, lengths):

@@ -53,6 +53,10 @@ def run_bm(st, url, world, rank):
     dsts = [theirs + 2 * MIB + i * 4096 for i in range(4)]
     assert big.copy_data_batch(srcs, dsts, [4096] * 4, 4, bm.BmCopyType.AUTO, 1) == 0
     assert big.wait() == 0
+    # the same batch's shape as uint64 NumPy arrays (taken by address), into the next 16 KiB
+    asrc = np.array(srcs, dtype=np.uint64) + 4096
+    adst = np.array(dsts, dtype=np.uint64) + 4 * 4096
+    assert big.copy_data_batch(asrc, adst, np.full(4, 4096, dtype=np.uint64), 4, bm.BmCopyType.H2G) == 0
     assert big.copy_data(src.ctypes.data, theirs + 32 * MIB - 8, 16, bm.BmCopyType.H2G) != 0  # past the slice
     mf.get_and_clear_last_err_msg()
     st.set("wrote/%d" % rank, b"1")
@@ -60,9 +64,10 @@ def run_bm(st, url, world, rank):
     wait_key(st, "wrote/%d" % prev)
     got = np.ctypeslib.as_array((ctypes.c_uint8 * 65536).from_address(mine + MIB))
     assert np.array_equal(got, pattern(65536, 100 + prev))
-    for i in range(4):
+    for i in range(8):  # the list batch's pieces, then the arrays'
         piece = np.ctypeslib.as_array((ctypes.c_uint8 * 4096).from_address(mine + 2 * MIB + i * 4096))
-        assert np.array_equal(piece, pattern(65536, 100 + prev)[i * 8192:i * 8192 + 4096])
+        k = i % 4 * 8192 + (4096 if i >= 4 else 0)
+        assert np.array_equal(piece, pattern(65536, 100 + prev)[k:k + 4096]), i
     st.set("checked/%d" % rank, b"1")
     for r in range(world):
         wait_key(st, "checked/%d" % r)
@@ -115,6 +120,9 @@ def run_te(st, url, rank, ids):
         wait_key(st, "sent")
         assert np.array_equal(kv[:8192], pattern(8192, 3)), kv[:16]
         assert np.array_equal(kv[65536:65536 + 4096], pattern(8192, 3)[4096:])
+        for i in range(4):  # the batch of NumPy arrays, reversed
+            assert np.array_equal(kv[131072 + i * 8192:131072 + i * 8192 + 2048],
+                                  pattern(8192, 3)[(3 - i) * 2048:(4 - i) * 2048]), i
         st.set("checked", b"1")
     else:
         remote = int(wait_key(st, "kv"))
@@ -124,6 +132,14 @@ def run_te(st, url, rank, ids):
         peers = [remote, remote + 4096]
         assert te.batch_transfer_sync_write(ids[1], bufs, peers, [4096, 4096]) == 0, mf.get_last_err_msg()
         assert te.transfer_sync_write(ids[1], src.ctypes.data + 4096, remote + 65536, 4096) == 0
+        # KV connectors build their batches as uint64 NumPy arrays: taken by address, no
+        # per-entry conversion (scattered, the pieces reversed)
+        u = np.array([src.ctypes.data + (3 - i) * 2048 for i in range(4)], dtype=np.uint64)
+        v = np.array([remote + 131072 + i * 8192 for i in range(4)], dtype=np.uint64)
+        n = np.full(4, 2048, dtype=np.uint64)
+        assert te.batch_transfer_sync_write(ids[1], u, v, n) == 0, mf.get_last_err_msg()
+        assert te.batch_transfer_sync_write(ids[1], u, v[:3], n) != 0  # lengths that differ
+        mf.get_and_clear_last_err_msg()
         st.set("sent", b"1")
         wait_key(st, "checked")
     te.destroy()
