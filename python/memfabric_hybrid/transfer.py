@@ -118,7 +118,9 @@ class TransferEngine:
         return _L.smem_trans_register_mem(self._h, _ptr("buffer_addr", buffer_addr), _u64("capacity", capacity), 0)
 
     def batch_register_memory(self, buffer_addrs, capacities):
-        addrs, caps = _u64s("buffer_addrs", buffer_addrs, _ptr), _u64s("capacities", capacities)
+        # uint64 NumPy arrays go to the library as they are (_smem's arrays view them)
+        addrs = buffer_addrs if _lib.u64_addr(buffer_addrs) is not None else _u64s("buffer_addrs", buffer_addrs, _ptr)
+        caps = capacities if _lib.u64_addr(capacities) is not None else _u64s("capacities", capacities)
         if len(addrs) != len(caps) or not addrs or len(addrs) > 1 << 20:
             return -1
         return _L.smem_trans_batch_register_mem(self._h, _smem.ptrs(addrs), _smem.sizes(caps), len(caps), 0)

@@ -115,7 +115,9 @@ def run_te(st, url, rank, ids):
     assert 15000 <= te.get_rpc_port() < 25000
     if rank == 1:
         kv = np.zeros(1 << 20, dtype=np.uint8)
-        assert te.batch_register_memory([kv.ctypes.data], [kv.nbytes]) == 0
+        # registered as uint64 NumPy arrays: the writes into kv below land only if this took
+        assert te.batch_register_memory(np.array([kv.ctypes.data], dtype=np.uint64),
+                                        np.array([kv.nbytes], dtype=np.uint64)) == 0
         st.set("kv", str(kv.ctypes.data).encode())
         wait_key(st, "sent")
         assert np.array_equal(kv[:8192], pattern(8192, 3)), kv[:16]
