@@ -122,9 +122,9 @@ def run_te(st, url, rank, ids):
         wait_key(st, "sent")
         assert np.array_equal(kv[:8192], pattern(8192, 3)), kv[:16]
         assert np.array_equal(kv[65536:65536 + 4096], pattern(8192, 3)[4096:])
-        for i in range(4):  # the batch of NumPy arrays, reversed
-            assert np.array_equal(kv[131072 + i * 8192:131072 + i * 8192 + 2048],
-                                  pattern(8192, 3)[(3 - i) * 2048:(4 - i) * 2048]), i
+        for i in range(8):  # the batches of NumPy arrays (uint64, then int64), reversed
+            at = 131072 + i % 4 * 8192 + (65536 if i >= 4 else 0)
+            assert np.array_equal(kv[at:at + 2048], pattern(8192, 3)[(3 - i % 4) * 2048:(4 - i % 4) * 2048]), i
         st.set("checked", b"1")
     else:
         remote = int(wait_key(st, "kv"))
@@ -140,6 +140,9 @@ def run_te(st, url, rank, ids):
         v = np.array([remote + 131072 + i * 8192 for i in range(4)], dtype=np.uint64)
         n = np.full(4, 2048, dtype=np.uint64)
         assert te.batch_transfer_sync_write(ids[1], u, v, n) == 0, mf.get_last_err_msg()
+        # np.array of Python ints (int64, the default dtype): converted in one pass
+        assert te.batch_transfer_sync_write(ids[1], u.astype(np.int64), v.astype(np.int64) + 65536,
+                                            np.array([2048] * 4)) == 0, mf.get_last_err_msg()
         assert te.batch_transfer_sync_write(ids[1], u, v[:3], n) != 0  # lengths that differ
         mf.get_and_clear_last_err_msg()
         st.set("sent", b"1")
