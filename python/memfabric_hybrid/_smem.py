@@ -118,15 +118,15 @@ def b(s):
 def _array(ctype, vals, name, conv):
     """vals as a ctypes array of ctype: a one-dimensional uint64 NumPy array as a view of its
     own memory (hmc._lib.u64_addr: nothing converted; the caller's array lives through the
-    call), another NumPy array as hmc.trans._vec converts it (an integer dtype in one pass,
-    negatives refused by index), a list of plain ints in range filled in one C pass (hmc._lib.u64_lists: 1.7 µs for
-    1,024 entries, against about 100 for the checked per-entry conversion), anything else
-    checked entry by entry (conv: an entry that is not an int, such as a tensor for an
-    address), naming a wrong one."""
+    call), another non-empty NumPy array as hmc.trans._vec converts it (an integer dtype in
+    one pass, negatives refused by index), a list of plain ints in range filled in one C pass
+    (hmc._lib.u64_lists: 1.7 µs for 1,024 entries, against about 100 for the checked
+    per-entry conversion), anything else checked entry by entry (conv: an entry that is not
+    an int, such as a tensor for an address), naming a wrong one."""
     addr = _lib.u64_addr(vals)
     if addr is not None:
         return (ctype * len(vals)).from_address(addr)
-    if type(vals).__module__ == "numpy":  # another dtype (int64: np.array of ints): hmc's vector check
+    if type(vals).__module__ == "numpy" and vals.size:  # int64 (np.array of ints) and others
         from hmc.trans import _vec
         v = _vec(name, vals, conv)
         return (ctype * len(v)).from_buffer(v)

@@ -13,7 +13,7 @@ import os
 import socket
 from enum import IntEnum
 
-from hmc import _lib, _ptr, _u64, _u64s
+from hmc import _lib, _ptr, _u64
 
 from . import _smem
 from ._smem import L as _L
@@ -118,12 +118,11 @@ class TransferEngine:
         return _L.smem_trans_register_mem(self._h, _ptr("buffer_addr", buffer_addr), _u64("capacity", capacity), 0)
 
     def batch_register_memory(self, buffer_addrs, capacities):
-        # uint64 NumPy arrays go to the library as they are (_smem's arrays view them)
-        addrs = buffer_addrs if _lib.u64_addr(buffer_addrs) is not None else _u64s("buffer_addrs", buffer_addrs, _ptr)
-        caps = capacities if _lib.u64_addr(capacities) is not None else _u64s("capacities", capacities)
-        if len(addrs) != len(caps) or not addrs or len(addrs) > 1 << 20:
+        # _smem's conversion checks each entry (naming a wrong one) and takes NumPy arrays whole
+        addrs, caps = _smem.ptrs(buffer_addrs, "buffer_addrs", _ptr), _smem.sizes(capacities, "capacities")
+        if len(addrs) != len(caps) or not len(addrs) or len(addrs) > 1 << 20:
             return -1
-        return _L.smem_trans_batch_register_mem(self._h, _smem.ptrs(addrs), _smem.sizes(caps), len(caps), 0)
+        return _L.smem_trans_batch_register_mem(self._h, addrs, caps, len(caps), 0)
 
     def unregister_memory(self, buffer_addr):
         return _L.smem_trans_deregister_mem(self._h, _u64("buffer_addr", buffer_addr))
