@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/hmc-go/hmc/internal/racebuild"
 	"github.com/hmc-go/hmc/status"
 )
 
@@ -234,7 +235,9 @@ func TestRecvDeadline(t *testing.T) {
 func TestConcurrentSendersNeverInterleave(t *testing.T) {
 	srv, cli := pair(t, TCP)
 	ctx := ctxT(t)
-	const senders, each = 8, 50
+	// Senders of frames (under the connection's write lock) and of u64s (one fdconn call
+	// each, no lock of their own) at once.
+	const senders, words, each = 8, 4, 50
 	var wg sync.WaitGroup
 	for s := range senders {
 		wg.Go(func() {
@@ -249,12 +252,31 @@ func TestConcurrentSendersNeverInterleave(t *testing.T) {
 			}
 		})
 	}
-	for range senders * each {
+	for w := range words {
+		wg.Go(func() {
+			for i := range each {
+				if err := cli.SendU64(ctx, 0, uint64(w)<<32|uint64(i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	next := make([]uint64, words) // each word sender's next value: its u64s arrive in order
+	for range (senders + words) * each {
 		msg, err := srv.Recv(ctx, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		p := msg.Payload
+		if msg.Type == TypeInt {
+			v := binary.LittleEndian.Uint64(p)
+			if len(p) != 8 || v>>32 >= words || uint64(uint32(v)) != next[v>>32] {
+				t.Fatalf("u64 %#x (%d bytes): frames interleaved or reordered", v, len(p))
+			}
+			next[v>>32]++
+			continue
+		}
 		if int(binary.LittleEndian.Uint32(p)) != len(p) {
 			t.Fatal("length prefix mismatch: frames interleaved")
 		}
@@ -265,6 +287,33 @@ func TestConcurrentSendersNeverInterleave(t *testing.T) {
 		}
 	}
 	wg.Wait()
+}
+
+// TestWordsAllocateNothing: a u64 sent and received (the round trip of upstream's tags)
+// allocates nothing on either side.
+func TestWordsAllocateNothing(t *testing.T) {
+	if racebuild.Enabled {
+		t.Skip("the race detector allocates")
+	}
+	srv, cli := pair(t, UDS)
+	ctx := ctxT(t)
+	allocs := testing.AllocsPerRun(1000, func() {
+		if err := cli.SendU64(ctx, 0, 7); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := srv.RecvU64(ctx, 1); err != nil || v != 7 {
+			t.Fatal(v, err)
+		}
+		if err := srv.SendInt(ctx, 1, -5); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := cli.RecvInt(ctx, 0); err != nil || v != -5 {
+			t.Fatal(v, err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%.1f allocations per u64 and int round trip, want 0", allocs)
+	}
 }
 
 func TestPeerDeathIsAnError(t *testing.T) {

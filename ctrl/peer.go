@@ -27,6 +27,7 @@ type peer struct {
 
 	mu       sync.Mutex
 	conn     *pconn                   // current connection, nil if none; guarded by mu
+	live     atomic.Pointer[pconn]    // conn, stored with it: read without mu by Send and Recv
 	ended    error                    // why the last connection ended, nil while one is live or before any; guarded by mu
 	changed  chan struct{}            // closed and replaced on every connection change; guarded by mu
 	user     chan Message             // TypeInt, TypeStruct and other types below FirstInternalType
@@ -38,7 +39,8 @@ func newPeer(id uint32, depth int) *peer {
 		internal: make(map[MsgType]chan Message)}
 }
 
-// pconn is one control connection. Frames are written whole under wmu. Reading is a token
+// pconn is one control connection. Frames are written whole: each in one call of fdconn,
+// whose write lock keeps it whole (writeWord takes no other), or under wmu. Reading is a token
 // (rtok): a Recv waiting for a message takes it and reads the socket itself, so the frame it
 // waits for goes from the socket to its caller with no hand-off between goroutines (and, on a
 // machine with two cores, between threads); frames of other types it meets go to their
@@ -52,8 +54,8 @@ type pconn struct {
 	done    chan struct{}
 	once    sync.Once
 
-	rtok     chan struct{} // cap 1: holding its value is the right to read c
-	waits    atomic.Uint64 // low 32 bits: Recv calls driving c (the reader stands aside while any); high: how many left
+	rtok     token         // the right to read c
+	waits    atomic.Uint64 // Recv calls that drove c: the reader stands aside while it changes, or while a Recv holds rtok
 	readerIn atomic.Bool   // the connection's reader holds rtok: interrupt it to get it
 	rkick    atomic.Bool   // a read deadline in the past may be set: clear it before reading
 	br       *bufio.Reader // guarded by rtok
@@ -72,10 +74,39 @@ func (pc *pconn) kickRead() {
 // newPconn wraps c; its reads poll the socket for spin before they park (spinread).
 func newPconn(c net.Conn, spin time.Duration) *pconn {
 	r, _ := spinread.NewReader(c, spin)
-	pc := &pconn{c: c, done: make(chan struct{}), rtok: make(chan struct{}, 1), br: bufio.NewReaderSize(r, readBuf)}
+	pc := &pconn{c: c, done: make(chan struct{}), br: bufio.NewReaderSize(r, readBuf)}
+	pc.rtok.wake = make(chan struct{}, 1)
 	pc.fc, _ = c.(*fdconn.Conn)
-	pc.rtok <- struct{}{}
 	return pc
+}
+
+// token is a connection's read token. A free token is taken with one atomic operation (a
+// lone Recv loop takes and gives it back per message, which a channel's lock made several
+// times dearer); one held by another is waited for on wake, beside whatever else ends the
+// wait. A futex-style lock: state 0 free, 1 held, 2 held and wanted (its release puts a
+// value in wake).
+type token struct {
+	state atomic.Int32
+	wake  chan struct{} // cap 1: a wanted token was released; the waiter that gets it tries again
+}
+
+// tryTake takes the token if it is free: a first try only. A waiter woken from wake tries
+// with want, which keeps the mark that other waiters rely on for their wake.
+func (t *token) tryTake() bool { return t.state.CompareAndSwap(0, 1) }
+
+// want takes the token if it is free, and marks it wanted otherwise: its holder's release
+// then puts a value in wake. A waiter calls it before every wait on wake.
+func (t *token) want() bool { return t.state.Swap(2) == 0 }
+
+// release gives the token back, waking a waiter if one may wait. A value left in wake by a
+// waiter that went away costs the next waiter one more try.
+func (t *token) release() {
+	if t.state.Swap(0) == 2 {
+		select {
+		case t.wake <- struct{}{}:
+		default: // a wake is pending already
+		}
+	}
 }
 
 // readBuf is the size of a connection's read buffer: frames that fit are read with one
@@ -122,6 +153,7 @@ func (p *peer) closeConn(why error) {
 	p.mu.Lock()
 	pc := p.conn
 	p.conn = nil
+	p.live.Store(nil)
 	if why == nil {
 		why = status.ErrClosed
 	}
@@ -142,6 +174,7 @@ func (p *peer) connEnded(pc *pconn, why error) {
 		return
 	}
 	p.conn = nil
+	p.live.Store(nil)
 	p.ended = why
 	p.signal()
 }
@@ -191,6 +224,7 @@ func (m *Manager) attach(id uint32, c net.Conn) error {
 	p.mu.Lock()
 	old := p.conn
 	p.conn, p.ended = pc, nil
+	p.live.Store(pc)
 	p.signal()
 	p.mu.Unlock()
 	if old != nil {
@@ -218,7 +252,7 @@ func (m *Manager) read(p *peer, pc *pconn) error {
 	interrupted := false
 	var seen uint64 // pc.waits when the reader last looked: no Recv yet, it starts at once
 	for {
-		if w := pc.waits.Load(); uint32(w) > 0 || w != seen {
+		if w := pc.waits.Load(); w != seen || pc.rtok.state.Load() != 0 {
 			seen = w
 			t.Reset(linger)
 			select {
@@ -228,10 +262,14 @@ func (m *Manager) read(p *peer, pc *pconn) error {
 			}
 			continue
 		}
-		select {
-		case <-pc.rtok:
-		case <-pc.done:
-			return fmt.Errorf("ctrl: rank %d: %w", p.id, status.ErrClosed)
+		if !pc.rtok.tryTake() {
+			for !pc.rtok.want() {
+				select {
+				case <-pc.rtok.wake:
+				case <-pc.done:
+					return fmt.Errorf("ctrl: rank %d: %w", p.id, status.ErrClosed)
+				}
+			}
 		}
 		// Clear a waiter's deadline before saying we read: a waiter that sees readerIn then
 		// interrupts us after this, never before.
@@ -240,15 +278,15 @@ func (m *Manager) read(p *peer, pc *pconn) error {
 		}
 		pc.readerIn.Store(true)
 		var err error
-		if uint32(pc.waits.Load()) == 0 {
+		if pc.waits.Load() == seen { // no Recv came since the reader looked
 			if pc.fc != nil {
 				pc.fc.SetReadContext(context.Background()) // not the last Recv's
 				pc.fc.SetDirectReads(false)                // a waiter's interruption reaches it at once
 			}
-			_, err = m.pump(p, pc, nil, pc.done)
+			_, err = m.pump(p, pc, nil, pc.done, nil)
 		}
 		pc.readerIn.Store(false)
-		pc.rtok <- struct{}{}
+		pc.rtok.release()
 		interrupted = errors.Is(err, os.ErrDeadlineExceeded)
 		if err != nil && !interrupted {
 			return err
@@ -264,10 +302,12 @@ const linger = 50 * time.Millisecond
 
 // pump reads frames while the caller holds the read token, delivering each to its inbox,
 // until one for inbox want arrives (returned, not queued; want nil: never) or reading fails.
+// With w (want is then the user inbox), a user frame of up to 8 bytes read from the socket
+// comes back in w, without its payload's allocation.
 // A full inbox blocks the delivery until stop closes; the frame is then held for the next
 // reader (os.ErrDeadlineExceeded). A read deadline ends it with os.ErrDeadlineExceeded and no
 // byte lost.
-func (m *Manager) pump(p *peer, pc *pconn, want chan Message, stop <-chan struct{}) (Message, error) {
+func (m *Manager) pump(p *peer, pc *pconn, want chan Message, stop <-chan struct{}, w *word) (Message, error) {
 	for {
 		if pc.held != nil {
 			q, err := p.queue(pc.held.Type)
@@ -286,7 +326,7 @@ func (m *Manager) pump(p *peer, pc *pconn, want chan Message, stop <-chan struct
 				return Message{}, os.ErrDeadlineExceeded
 			}
 		}
-		msg, err := m.frame(p, pc)
+		msg, err := m.frame(p, pc, w)
 		if err != nil {
 			return Message{}, err
 		}
@@ -307,9 +347,18 @@ func (m *Manager) pump(p *peer, pc *pconn, want chan Message, stop <-chan struct
 	}
 }
 
+// word is a frame of up to 8 bytes of a user type, its payload as a little-endian integer
+// (RecvU64, RecvInt): pump and frame fill it instead of allocating the payload.
+type word struct {
+	v  uint64
+	n  uint32 // the payload's length
+	ok bool   // filled: the Message returned has no payload
+}
+
 // frame reads the next frame. A read interrupted by a deadline consumes nothing of a frame
-// that fits the buffer, and keeps the part read of a larger one for the next call.
-func (m *Manager) frame(p *peer, pc *pconn) (Message, error) {
+// that fits the buffer, and keeps the part read of a larger one for the next call. With w, a
+// user frame of up to 8 bytes is returned in w.
+func (m *Manager) frame(p *peer, pc *pconn, w *word) (Message, error) {
 	if pc.part == nil {
 		b, err := pc.br.Peek(HeaderSize)
 		if err != nil {
@@ -323,6 +372,18 @@ func (m *Manager) frame(p *peer, pc *pconn) (Message, error) {
 			return Message{}, err
 		}
 		n := int(h.Length())
+		if w != nil && n <= 8 && h.Type() < FirstInternalType {
+			b, err := pc.br.Peek(HeaderSize + n)
+			if err != nil {
+				return Message{}, m.readErr(p, err, true)
+			}
+			var v [8]byte
+			copy(v[:], b[HeaderSize:])
+			*w = word{v: binary.LittleEndian.Uint64(v[:]), n: uint32(n), ok: true}
+			msg := Message{Type: h.Type(), Flags: h.Flags()}
+			_, _ = pc.br.Discard(HeaderSize + n)
+			return msg, nil
+		}
 		msg := Message{Type: h.Type(), Flags: h.Flags(), Payload: make([]byte, n)}
 		if HeaderSize+n <= pc.br.Size() {
 			b, err := pc.br.Peek(HeaderSize + n)
@@ -364,6 +425,9 @@ func (m *Manager) readErr(p *peer, err error, inFrame bool) error {
 // waitConn returns rank id's live connection, waiting (bounded by ctx) for one to appear if the
 // rank never connected. A rank whose connection ended fails at once with the reason.
 func (m *Manager) waitConn(ctx context.Context, p *peer) (*pconn, error) {
+	if pc := p.live.Load(); pc != nil {
+		return pc, nil
+	}
 	for {
 		p.mu.Lock()
 		pc, ended, changed := p.conn, p.ended, p.changed
@@ -512,10 +576,14 @@ func (pc *pconn) writeFrame(ctx context.Context, h Header, payload []byte) error
 	b := append(pc.scratch[:0], h[:]...) // h itself stays on the caller's stack
 	if len(payload) <= smallFrame {
 		var nn int
-		nn, err = pc.c.Write(append(b, payload...))
+		if pc.fc != nil {
+			nn, err = pc.fc.WriteContext(ctx, append(b, payload...))
+		} else {
+			nn, err = pc.c.Write(append(b, payload...))
+		}
 		n = int64(nn)
 	} else if pc.fc != nil { // one writev, as net.Buffers makes for the runtime's sockets
-		n, err = pc.fc.WriteBuffers([][]byte{b, payload})
+		n, err = pc.fc.WriteBuffersContext(ctx, [][]byte{b, payload})
 	} else {
 		bufs := net.Buffers{b, payload}
 		n, err = bufs.WriteTo(pc.c)
@@ -524,8 +592,17 @@ func (pc *pconn) writeFrame(ctx context.Context, h Header, payload []byte) error
 }
 
 // writeWord writes a frame of header h and the h.Length() low bytes of v, little-endian: a
-// u64 or an int sent without its bytes escaping to the heap, as a payload slice does.
+// u64 or an int sent without its bytes escaping to the heap, as a payload slice does. Off the
+// netpoller the frame goes from this stack in one fdconn call, whose lock keeps frames whole:
+// no wmu (two atomic operations fewer per message).
 func (pc *pconn) writeWord(ctx context.Context, h Header, v uint64) error {
+	if pc.fc != nil {
+		var f [HeaderSize + 8]byte
+		copy(f[:], h[:])
+		binary.LittleEndian.PutUint64(f[HeaderSize:], v)
+		n, err := pc.fc.WriteContext(ctx, f[:HeaderSize+h.Length()])
+		return pc.writeErr(ctx, int64(n), err)
+	}
 	pc.wmu.Lock()
 	defer pc.wmu.Unlock()
 	defer pc.writeBound(ctx)()
@@ -536,10 +613,10 @@ func (pc *pconn) writeWord(ctx context.Context, h Header, v uint64) error {
 
 // writeBound makes ctx's end interrupt a blocked write and returns what undoes it after the
 // frame; no write deadline per frame (a runtime timer per frame wakes the netpoller, see
-// linger). The caller holds wmu.
+// linger). The caller holds wmu. Off the netpoller, the write itself takes ctx (fdconn's
+// WriteContext: nothing to arm until a write waits; kept, as the reads').
 func (pc *pconn) writeBound(ctx context.Context) (undo func()) {
 	if pc.fc != nil {
-		pc.fc.SetWriteContext(ctx) // nothing to arm until a write waits; kept, as the reads'
 		return func() {}
 	}
 	if ctx.Done() == nil {
@@ -577,7 +654,7 @@ func (pc *pconn) writeErr(ctx context.Context, n int64, err error) error {
 // ctx. Messages already queued are delivered even after the connection ended; then Recv fails
 // with the reason.
 func (m *Manager) Recv(ctx context.Context, id uint32) (Message, error) {
-	return m.recv(ctx, id, TypeInt)
+	return m.recv(ctx, id, TypeInt, nil)
 }
 
 // RecvType is Recv for an internal type (t >= FirstInternalType): each such type has its own
@@ -586,10 +663,11 @@ func (m *Manager) RecvType(ctx context.Context, id uint32, t MsgType) (Message, 
 	if t < FirstInternalType {
 		return Message{}, fmt.Errorf("ctrl: RecvType(%#x): use Recv for user types: %w", t, status.ErrInvalidConfig)
 	}
-	return m.recv(ctx, id, t)
+	return m.recv(ctx, id, t, nil)
 }
 
-func (m *Manager) recv(ctx context.Context, id uint32, t MsgType) (Message, error) {
+// recv is Recv and RecvType; w as pump's (t must then be a user type).
+func (m *Manager) recv(ctx context.Context, id uint32, t MsgType, w *word) (Message, error) {
 	p, err := m.peerFor(id)
 	if err != nil {
 		return Message{}, err
@@ -604,11 +682,17 @@ func (m *Manager) recv(ctx context.Context, id uint32, t MsgType) (Message, erro
 			return msg, nil
 		default:
 		}
+		if pc := p.live.Load(); pc != nil { // changed is read if drive must wait
+			if msg, ok, err := m.drive(ctx, p, pc, q, nil, w); ok || err != nil {
+				return msg, err
+			}
+			continue
+		}
 		p.mu.Lock()
 		pc, ended, changed := p.conn, p.ended, p.changed
 		p.mu.Unlock()
 		if pc != nil {
-			if msg, ok, err := m.drive(ctx, p, pc, q, changed); ok || err != nil {
+			if msg, ok, err := m.drive(ctx, p, pc, q, changed, w); ok || err != nil {
 				return msg, err
 			}
 			continue
@@ -637,22 +721,20 @@ func (m *Manager) recv(ctx context.Context, id uint32, t MsgType) (Message, erro
 // drive waits for a message of inbox q by reading pc itself: it takes the read token (from
 // the connection's reader, by interrupting its read, or from another waiter when that one
 // leaves; meanwhile that one delivers q's messages to q) and reads frames until one for q
-// arrives. ok false: the connection changed, look again.
-func (m *Manager) drive(ctx context.Context, p *peer, pc *pconn, q chan Message, changed <-chan struct{}) (msg Message, ok bool, err error) {
-	pc.waits.Add(1)
-	defer pc.waits.Add(1<<32 - 1) // one fewer driving, one more that left: no clock read
+// arrives. ok false: the connection changed, look again. changed is nil when pc was found
+// without the peer's lock; waitToken reads it if drive must wait.
+func (m *Manager) drive(ctx context.Context, p *peer, pc *pconn, q chan Message, changed <-chan struct{}, w *word) (msg Message, ok bool, err error) {
+	pc.waits.Add(1) // the reader stands aside (one atomic operation: no clock read, nothing at the end)
 
 	if pc.readerIn.Load() {
 		pc.kickRead() // the reader steps aside (a waiter it hits reads on)
 	}
-	select {
-	case <-pc.rtok: // the token is free, as it is for a lone Recv loop: no full select
-	default:
+	if !pc.rtok.tryTake() { // free for a lone Recv loop: no select
 		if took, msg, ok, err := m.waitToken(ctx, p, pc, q, changed); !took {
 			return msg, ok, err
 		}
 	}
-	defer func() { pc.rtok <- struct{}{} }()
+	defer pc.rtok.release()
 	select { // queued by the previous holder of the token
 	case msg := <-q:
 		return msg, true, nil
@@ -674,7 +756,7 @@ func (m *Manager) drive(ctx context.Context, p *peer, pc *pconn, q chan Message,
 		if ctx.Done() != nil && pc.fc == nil {
 			stop = context.AfterFunc(ctx, pc.kickRead)
 		}
-		msg, err := m.pump(p, pc, q, ctx.Done())
+		msg, err := m.pump(p, pc, q, ctx.Done(), w)
 		stop()
 		switch {
 		case err == nil:
@@ -707,8 +789,28 @@ func (m *Manager) drive(ctx context.Context, p *peer, pc *pconn, q chan Message,
 // message queued for q by the token's holder, a connection change (ok false: look again),
 // ctx's end or the Manager's close; drive then returns msg, ok and err.
 func (m *Manager) waitToken(ctx context.Context, p *peer, pc *pconn, q chan Message, changed <-chan struct{}) (took bool, msg Message, ok bool, err error) {
+	if changed == nil { // found without the lock: is pc still the connection?
+		p.mu.Lock()
+		now := p.conn
+		changed = p.changed
+		p.mu.Unlock()
+		if now != pc {
+			return false, Message{}, false, nil // look again
+		}
+	}
+	for !pc.rtok.want() {
+		if took, msg, ok, err = m.waitWake(ctx, p, pc, q, changed); !took {
+			return false, msg, ok, err
+		}
+	}
+	return true, Message{}, false, nil
+}
+
+// waitWake is one wait of waitToken: for a wake of pc's token (took: try again), or for what
+// ends the wait.
+func (m *Manager) waitWake(ctx context.Context, p *peer, pc *pconn, q chan Message, changed <-chan struct{}) (took bool, msg Message, ok bool, err error) {
 	select {
-	case <-pc.rtok:
+	case <-pc.rtok.wake:
 		return true, Message{}, false, nil
 	case msg := <-q:
 		return false, msg, true, nil
@@ -729,11 +831,7 @@ func (m *Manager) SendU64(ctx context.Context, id uint32, v uint64) error {
 // RecvU64 receives a TypeInt frame with an 8-byte payload. A message of another type or size is
 // consumed and reported as ErrProtocol, as upstream.
 func (m *Manager) RecvU64(ctx context.Context, id uint32) (uint64, error) {
-	b, err := m.recvFixed(ctx, id, TypeInt, 8)
-	if err != nil {
-		return 0, err
-	}
-	return binary.LittleEndian.Uint64(b), nil
+	return m.recvWord(ctx, id, 8)
 }
 
 // SendInt sends a TypeInt frame with a 4-byte payload (upstream sendInt).
@@ -743,11 +841,8 @@ func (m *Manager) SendInt(ctx context.Context, id uint32, v int32) error {
 
 // RecvInt receives a TypeInt frame with a 4-byte payload.
 func (m *Manager) RecvInt(ctx context.Context, id uint32) (int32, error) {
-	b, err := m.recvFixed(ctx, id, TypeInt, 4)
-	if err != nil {
-		return 0, err
-	}
-	return int32(binary.LittleEndian.Uint32(b)), nil
+	v, err := m.recvWord(ctx, id, 4)
+	return int32(uint32(v)), err
 }
 
 // SendStruct sends v, a fixed-size value as encoding/binary understands it, little-endian, as
@@ -778,6 +873,30 @@ func (m *Manager) RecvStruct(ctx context.Context, id uint32, v any) error {
 		return fmt.Errorf("ctrl: recv struct %T: %w: %w", v, status.ErrInvalidConfig, err)
 	}
 	return nil
+}
+
+// recvWord receives a TypeInt frame of size (at most 8) bytes as a little-endian integer; a
+// frame read from the socket for it allocates nothing.
+func (m *Manager) recvWord(ctx context.Context, id uint32, size int) (uint64, error) {
+	var w word
+	msg, err := m.recv(ctx, id, TypeInt, &w)
+	if err != nil {
+		return 0, err
+	}
+	n := len(msg.Payload)
+	if w.ok {
+		n = int(w.n)
+	}
+	if msg.Type != TypeInt || n != size {
+		return 0, fmt.Errorf("ctrl: from rank %d: got type %#x with %d bytes, want type %#x with %d: %w",
+			id, msg.Type, n, TypeInt, size, status.ErrProtocol)
+	}
+	if !w.ok {
+		var b [8]byte
+		copy(b[:], msg.Payload)
+		w.v = binary.LittleEndian.Uint64(b[:])
+	}
+	return w.v, nil
 }
 
 func (m *Manager) recvFixed(ctx context.Context, id uint32, t MsgType, size int) ([]byte, error) {

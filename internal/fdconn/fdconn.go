@@ -27,13 +27,13 @@ type Conn struct {
 
 	rd, wr half
 
-	mu     sync.RWMutex // read-held by calls using fd, held by Close to close it
+	mu     sync.RWMutex // read-held by kicks from outside a call (deadlines, contexts' ends), held by Close to close the fds
 	closed atomic.Bool
 }
 
 // half is one direction: its lock, deadline and the eventfd that wakes its waiter.
 type half struct {
-	mu       sync.Mutex // one call of this direction at a time
+	mu       sync.Mutex // one call of this direction at a time; Close takes it to wait for the call in progress
 	kick     int        // eventfd: written to make the waiter look again
 	deadline atomic.Int64
 	waiting  atomic.Bool     // a call may be in poll(2): a deadline change must kick it
@@ -49,7 +49,7 @@ type half struct {
 
 // arm makes sure an end of ctx kicks h: one AfterFunc per context, kept while the calls use
 // the same one (a Recv loop's context is armed once, not per wait). Caller holds h.mu.
-func (h *half) arm(ctx context.Context) {
+func (c *Conn) arm(h *half, ctx context.Context) {
 	h.armMu.Lock()
 	defer h.armMu.Unlock()
 	if h.armed == ctx {
@@ -58,7 +58,7 @@ func (h *half) arm(ctx context.Context) {
 	if h.stop != nil {
 		h.stop()
 	}
-	h.armed, h.stop = ctx, context.AfterFunc(ctx, func() { kickHalf(h) })
+	h.armed, h.stop = ctx, context.AfterFunc(ctx, func() { c.kick(h) })
 }
 
 // disarm drops h's AfterFunc, if any (at Close: a long-lived context does not keep it).
@@ -143,11 +143,25 @@ func (c *Conn) Read(b []byte) (int, error) {
 }
 
 // Write implements net.Conn: it returns when all of b is written, or with the error that
-// stopped it and the count written.
+// stopped it and the count written. Concurrent writes never interleave their bytes.
 func (c *Conn) Write(b []byte) (int, error) {
-	done := 0
 	c.wr.mu.Lock()
 	defer c.wr.mu.Unlock()
+	return c.write(b)
+}
+
+// WriteContext is Write after SetWriteContext(ctx), in one call: a writer that frames its
+// messages needs no lock of its own around the two.
+func (c *Conn) WriteContext(ctx context.Context, b []byte) (int, error) {
+	c.wr.mu.Lock()
+	defer c.wr.mu.Unlock()
+	c.wr.setCtx(ctx)
+	return c.write(b)
+}
+
+// write writes all of b. The caller holds c.wr.mu.
+func (c *Conn) write(b []byte) (int, error) {
+	done := 0
 	for done < len(b) {
 		n, err := c.io(&c.wr, b[done:], nil)
 		done += max(n, 0)
@@ -163,6 +177,19 @@ func (c *Conn) Write(b []byte) (int, error) {
 func (c *Conn) WriteBuffers(bufs [][]byte) (int64, error) {
 	c.wr.mu.Lock()
 	defer c.wr.mu.Unlock()
+	return c.writeBuffers(bufs)
+}
+
+// WriteBuffersContext is WriteBuffers after SetWriteContext(ctx), in one call.
+func (c *Conn) WriteBuffersContext(ctx context.Context, bufs [][]byte) (int64, error) {
+	c.wr.mu.Lock()
+	defer c.wr.mu.Unlock()
+	c.wr.setCtx(ctx)
+	return c.writeBuffers(bufs)
+}
+
+// writeBuffers is WriteBuffers; the caller holds c.wr.mu.
+func (c *Conn) writeBuffers(bufs [][]byte) (int64, error) {
 	var total int64
 	bufs = append([][]byte(nil), bufs...)
 	for len(bufs) > 0 {
@@ -195,8 +222,7 @@ func (c *Conn) io(h *half, b []byte, bufs [][]byte) (int, error) {
 	if h == &c.wr {
 		events = unix.POLLOUT
 	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
+	// No lock beside h.mu: Close waits for the call holding it before it closes fd.
 	if c.closed.Load() {
 		return 0, net.ErrClosed
 	}
@@ -294,7 +320,7 @@ func (c *Conn) wait(h *half, events int16) (ready bool, err error) {
 		if ctx.Err() != nil {
 			return false, os.ErrDeadlineExceeded
 		}
-		h.arm(ctx)
+		c.arm(h, ctx)
 	}
 	var ts *unix.Timespec
 	if d := h.deadline.Load(); d != 0 {
@@ -316,7 +342,17 @@ func (c *Conn) wait(h *half, events int16) (ready bool, err error) {
 	return fds[0].Revents != 0, nil
 }
 
-// kickHalf wakes h's waiter, if one may be in poll(2).
+// kick wakes h's waiter, if one may be in poll(2), unless the Conn closed (its eventfd
+// number may belong to another file by then). For callers outside h's calls.
+func (c *Conn) kick(h *half) {
+	c.mu.RLock() // the eventfd is open while held
+	if !c.closed.Load() {
+		kickHalf(h)
+	}
+	c.mu.RUnlock()
+}
+
+// kickHalf wakes h's waiter, if one may be in poll(2). The caller makes sure h.kick is open.
 func kickHalf(h *half) {
 	if h.waiting.Load() {
 		one := [8]byte{1}
@@ -342,9 +378,13 @@ func (c *Conn) Close() error {
 	_, _ = unix.Write(c.rd.kick, one[:])
 	_, _ = unix.Write(c.wr.kick, one[:])
 	_ = unix.Shutdown(c.fd, unix.SHUT_RDWR) // ends a call blocked in the socket's own read or write
-	c.mu.Lock()                             // every call has left
+	c.rd.mu.Lock()                          // the read in progress, if any, has left
+	c.wr.mu.Lock()                          // and the write
+	c.mu.Lock()                             // and every kick from outside
 	c.closeFDs()
 	c.mu.Unlock()
+	c.wr.mu.Unlock()
+	c.rd.mu.Unlock()
 	c.rd.disarm()
 	c.wr.disarm()
 	return nil
@@ -397,10 +437,6 @@ func (c *Conn) setDeadline(h *half, t time.Time) {
 	}
 	h.deadline.Store(d)
 	if !c.closed.Load() {
-		c.mu.RLock() // the eventfd is open while held
-		if !c.closed.Load() {
-			kickHalf(h)
-		}
-		c.mu.RUnlock()
+		c.kick(h)
 	}
 }

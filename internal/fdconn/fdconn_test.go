@@ -131,6 +131,48 @@ func TestInterruptions(t *testing.T) {
 	}
 }
 
+// TestCloseEndsBlockedCalls: Close waits for the calls in progress before it closes the socket
+// (they hold their direction's lock); a write blocked on a full socket and a read waiting for
+// bytes both end with net.ErrClosed, and Close returns.
+func TestCloseEndsBlockedCalls(t *testing.T) {
+	for _, network := range []string{"tcp", "unix"} {
+		t.Run(network, func(t *testing.T) {
+			a, b := pair(t, network)
+			wrote, read := make(chan error, 1), make(chan error, 1)
+			go func() {
+				_, err := a.Write(make([]byte, 64<<20)) // the peer never reads
+				wrote <- err
+			}()
+			go func() {
+				_, err := a.Read(make([]byte, 16))
+				read <- err
+			}()
+			if _, err := io.ReadFull(b, make([]byte, 1)); err != nil { // the write began
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
+			closed := make(chan error, 1)
+			go func() { closed <- a.Close() }()
+			for _, c := range []struct {
+				what string
+				ch   chan error
+			}{{"blocked write", wrote}, {"waiting read", read}, {"Close", closed}} {
+				select {
+				case err := <-c.ch:
+					if c.what != "Close" && !errors.Is(err, net.ErrClosed) {
+						t.Fatalf("%s ended by Close: %v", c.what, err)
+					}
+					if c.what == "Close" && err != nil {
+						t.Fatalf("Close: %v", err)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatalf("%s did not end", c.what)
+				}
+			}
+		})
+	}
+}
+
 // TestNotASocket: a conn without a socket is refused and left open.
 func TestNotASocket(t *testing.T) {
 	p, q := net.Pipe()
