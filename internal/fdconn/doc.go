@@ -17,4 +17,9 @@
 // call whose deadline is nearer waits in poll(2) from the start; a background reader that
 // another goroutine interrupts turns direct reads off); Close shuts the socket down, which
 // ends a call in read(2) or write(2) at once.
+//
+// Calls of one direction are serialised by that direction's lock, the only one a call takes:
+// Close takes both to wait for the calls in progress before it closes the descriptor. A Write
+// (or WriteContext, which also sets the context) writes all its bytes before the next begins,
+// so a writer that puts each message in one call needs no lock of its own.
 package fdconn
