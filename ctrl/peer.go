@@ -682,8 +682,8 @@ func (m *Manager) recv(ctx context.Context, id uint32, t MsgType, w *word) (Mess
 			return msg, nil
 		default:
 		}
-		if pc := p.live.Load(); pc != nil { // changed is read if drive must wait
-			if msg, ok, err := m.drive(ctx, p, pc, q, nil, w); ok || err != nil {
+		if pc := p.live.Load(); pc != nil {
+			if msg, ok, err := m.drive(ctx, p, pc, q, w); ok || err != nil {
 				return msg, err
 			}
 			continue
@@ -692,10 +692,7 @@ func (m *Manager) recv(ctx context.Context, id uint32, t MsgType, w *word) (Mess
 		pc, ended, changed := p.conn, p.ended, p.changed
 		p.mu.Unlock()
 		if pc != nil {
-			if msg, ok, err := m.drive(ctx, p, pc, q, changed, w); ok || err != nil {
-				return msg, err
-			}
-			continue
+			continue // connected meanwhile
 		}
 		if ended != nil {
 			// Check the queue once more: the reader may have queued a message just before it ended.
@@ -721,16 +718,15 @@ func (m *Manager) recv(ctx context.Context, id uint32, t MsgType, w *word) (Mess
 // drive waits for a message of inbox q by reading pc itself: it takes the read token (from
 // the connection's reader, by interrupting its read, or from another waiter when that one
 // leaves; meanwhile that one delivers q's messages to q) and reads frames until one for q
-// arrives. ok false: the connection changed, look again. changed is nil when pc was found
-// without the peer's lock; waitToken reads it if drive must wait.
-func (m *Manager) drive(ctx context.Context, p *peer, pc *pconn, q chan Message, changed <-chan struct{}, w *word) (msg Message, ok bool, err error) {
+// arrives. ok false: the connection changed, look again.
+func (m *Manager) drive(ctx context.Context, p *peer, pc *pconn, q chan Message, w *word) (msg Message, ok bool, err error) {
 	pc.waits.Add(1) // the reader stands aside (one atomic operation: no clock read, nothing at the end)
 
 	if pc.readerIn.Load() {
 		pc.kickRead() // the reader steps aside (a waiter it hits reads on)
 	}
 	if !pc.rtok.tryTake() { // free for a lone Recv loop: no select
-		if took, msg, ok, err := m.waitToken(ctx, p, pc, q, changed); !took {
+		if took, msg, ok, err := m.waitToken(ctx, p, pc, q); !took {
 			return msg, ok, err
 		}
 	}
@@ -788,15 +784,12 @@ func (m *Manager) drive(ctx context.Context, p *peer, pc *pconn, q chan Message,
 // waitToken waits for pc's read token (took) or for what ends drive before it takes it: a
 // message queued for q by the token's holder, a connection change (ok false: look again),
 // ctx's end or the Manager's close; drive then returns msg, ok and err.
-func (m *Manager) waitToken(ctx context.Context, p *peer, pc *pconn, q chan Message, changed <-chan struct{}) (took bool, msg Message, ok bool, err error) {
-	if changed == nil { // found without the lock: is pc still the connection?
-		p.mu.Lock()
-		now := p.conn
-		changed = p.changed
-		p.mu.Unlock()
-		if now != pc {
-			return false, Message{}, false, nil // look again
-		}
+func (m *Manager) waitToken(ctx context.Context, p *peer, pc *pconn, q chan Message) (took bool, msg Message, ok bool, err error) {
+	p.mu.Lock() // pc was found without the lock: is it still the connection?
+	now, changed := p.conn, p.changed
+	p.mu.Unlock()
+	if now != pc {
+		return false, Message{}, false, nil // look again
 	}
 	for !pc.rtok.want() {
 		if took, msg, ok, err = m.waitWake(ctx, p, pc, q, changed); !took {

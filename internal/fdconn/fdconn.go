@@ -150,8 +150,10 @@ func (c *Conn) Write(b []byte) (int, error) {
 	return c.write(b)
 }
 
-// WriteContext is Write after SetWriteContext(ctx), in one call: a writer that frames its
-// messages needs no lock of its own around the two.
+// WriteContext is Write whose waits end, as a deadline would, when ctx ends
+// (os.ErrDeadlineExceeded; context.Background(): never). ctx is kept for the writes that
+// follow and costs nothing until a write must wait; setting it in the call that writes lets a
+// writer that frames its messages go without a lock of its own.
 func (c *Conn) WriteContext(ctx context.Context, b []byte) (int, error) {
 	c.wr.mu.Lock()
 	defer c.wr.mu.Unlock()
@@ -172,15 +174,9 @@ func (c *Conn) write(b []byte) (int, error) {
 	return done, nil
 }
 
-// WriteBuffers writes every buffer of bufs in order with writev(2), as net.Buffers.WriteTo
-// does for the runtime's sockets: a frame's header and payload leave in one call.
-func (c *Conn) WriteBuffers(bufs [][]byte) (int64, error) {
-	c.wr.mu.Lock()
-	defer c.wr.mu.Unlock()
-	return c.writeBuffers(bufs)
-}
-
-// WriteBuffersContext is WriteBuffers after SetWriteContext(ctx), in one call.
+// WriteBuffersContext writes every buffer of bufs in order with writev(2), as
+// net.Buffers.WriteTo does for the runtime's sockets (a frame's header and payload leave in
+// one call), with ctx as WriteContext's.
 func (c *Conn) WriteBuffersContext(ctx context.Context, bufs [][]byte) (int64, error) {
 	c.wr.mu.Lock()
 	defer c.wr.mu.Unlock()
@@ -188,7 +184,7 @@ func (c *Conn) WriteBuffersContext(ctx context.Context, bufs [][]byte) (int64, e
 	return c.writeBuffers(bufs)
 }
 
-// writeBuffers is WriteBuffers; the caller holds c.wr.mu.
+// writeBuffers is WriteBuffersContext's writing; the caller holds c.wr.mu.
 func (c *Conn) writeBuffers(bufs [][]byte) (int64, error) {
 	var total int64
 	bufs = append([][]byte(nil), bufs...)
@@ -412,9 +408,6 @@ func (c *Conn) SetDirectReads(on bool) { c.rd.direct = on }
 // the kernel's clock tick) before it waits in poll(2); a deadline set, a context ended or a
 // Close during a slice is seen at its end.
 const Slice = time.Millisecond
-
-// SetWriteContext is SetReadContext for writes.
-func (c *Conn) SetWriteContext(ctx context.Context) { c.wr.setCtx(ctx) }
 
 // SetDeadline implements net.Conn.
 func (c *Conn) SetDeadline(t time.Time) error {

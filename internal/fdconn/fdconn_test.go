@@ -46,7 +46,7 @@ func TestExchange(t *testing.T) {
 			}
 			payload := bytes.Repeat([]byte{7}, 1<<20) // more than a socket buffer: the writev waits
 			go func() {
-				_, _ = a.WriteBuffers([][]byte{[]byte("HDR:"), nil, payload})
+				_, _ = a.WriteBuffersContext(context.Background(), [][]byte{[]byte("HDR:"), nil, payload})
 			}()
 			got := make([]byte, 4+len(payload))
 			if _, err := io.ReadFull(b, got); err != nil || string(got[:4]) != "HDR:" || !bytes.Equal(got[4:], payload) {
@@ -203,8 +203,7 @@ func TestContexts(t *testing.T) {
 	a.SetReadContext(context.Background())
 	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer wcancel()
-	a.SetWriteContext(wctx)
-	if n, err := a.Write(make([]byte, 64<<20)); !errors.Is(err, os.ErrDeadlineExceeded) || n >= 64<<20 {
+	if n, err := a.WriteContext(wctx, make([]byte, 64<<20)); !errors.Is(err, os.ErrDeadlineExceeded) || n >= 64<<20 {
 		t.Fatalf("write whose context ended: %d, %v", n, err)
 	}
 }
