@@ -1,7 +1,6 @@
 package ctrl
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -58,7 +57,7 @@ type pconn struct {
 	waits    atomic.Uint64 // Recv calls that drove c: the reader stands aside while it changes, or while a Recv holds rtok
 	readerIn atomic.Bool   // the connection's reader holds rtok: interrupt it to get it
 	rkick    atomic.Bool   // a read deadline in the past may be set: clear it before reading
-	br       *bufio.Reader // guarded by rtok
+	in       inbuf         // guarded by rtok
 	fc       *fdconn.Conn  // c off the netpoller, or nil (c is the runtime's)
 	part     *Message      // a large frame read in part (by a reader that was interrupted); guarded by rtok
 	got      int           // bytes of part's payload read; guarded by rtok
@@ -74,7 +73,7 @@ func (pc *pconn) kickRead() {
 // newPconn wraps c; its reads poll the socket for spin before they park (spinread).
 func newPconn(c net.Conn, spin time.Duration) *pconn {
 	r, _ := spinread.NewReader(c, spin)
-	pc := &pconn{c: c, done: make(chan struct{}), br: bufio.NewReaderSize(r, readBuf)}
+	pc := &pconn{c: c, done: make(chan struct{}), in: newInbuf(r, readBuf)}
 	pc.rtok.wake = make(chan struct{}, 1)
 	pc.fc, _ = c.(*fdconn.Conn)
 	return pc
@@ -360,7 +359,7 @@ type word struct {
 // user frame of up to 8 bytes is returned in w.
 func (m *Manager) frame(p *peer, pc *pconn, w *word) (Message, error) {
 	if pc.part == nil {
-		b, err := pc.br.Peek(HeaderSize)
+		b, err := pc.in.peek(HeaderSize)
 		if err != nil {
 			return Message{}, m.readErr(p, err, false)
 		}
@@ -373,7 +372,7 @@ func (m *Manager) frame(p *peer, pc *pconn, w *word) (Message, error) {
 		}
 		n := int(h.Length())
 		if w != nil && n <= 8 && h.Type() < FirstInternalType {
-			b, err := pc.br.Peek(HeaderSize + n)
+			b, err := pc.in.peek(HeaderSize + n)
 			if err != nil {
 				return Message{}, m.readErr(p, err, true)
 			}
@@ -381,25 +380,25 @@ func (m *Manager) frame(p *peer, pc *pconn, w *word) (Message, error) {
 			copy(v[:], b[HeaderSize:])
 			*w = word{v: binary.LittleEndian.Uint64(v[:]), n: uint32(n), ok: true}
 			msg := Message{Type: h.Type(), Flags: h.Flags()}
-			_, _ = pc.br.Discard(HeaderSize + n)
+			pc.in.discard(HeaderSize + n)
 			return msg, nil
 		}
 		msg := Message{Type: h.Type(), Flags: h.Flags(), Payload: make([]byte, n)}
-		if HeaderSize+n <= pc.br.Size() {
-			b, err := pc.br.Peek(HeaderSize + n)
+		if HeaderSize+n <= len(pc.in.buf) {
+			b, err := pc.in.peek(HeaderSize + n)
 			if err != nil {
 				return Message{}, m.readErr(p, err, true)
 			}
 			copy(msg.Payload, b[HeaderSize:])
-			_, _ = pc.br.Discard(HeaderSize + n)
+			pc.in.discard(HeaderSize + n)
 			return msg, nil
 		}
-		_, _ = pc.br.Discard(HeaderSize)
+		pc.in.discard(HeaderSize)
 		part := msg // only this copy goes to the heap, not every frame's Message
 		pc.part, pc.got = &part, 0
 	}
 	for pc.got < len(pc.part.Payload) {
-		k, err := pc.br.Read(pc.part.Payload[pc.got:])
+		k, err := pc.in.read(pc.part.Payload[pc.got:])
 		pc.got += k
 		if err != nil {
 			return Message{}, m.readErr(p, err, true)
