@@ -19,6 +19,9 @@ export UCX_NET_DEVICES=lo
 tmp=$(mktemp -d); busy=""
 stopbusy() { [ -n "$busy" ] && kill $busy 2>/dev/null; busy=""; }
 trap 'stopbusy; rm -rf "$tmp"' EXIT
+for t in iperf3 cc; do # the TCP peer, and the C peers' compiler
+  command -v $t >/dev/null || { echo "compare-all: $t is needed (apt-get install iperf3 gcc)" >&2; exit 1; }
+done
 go build -o "$tmp/hmc" ./cmd/hmc
 ucx=false
 if pkg-config --exists ucx 2>/dev/null && command -v ucx_perftest >/dev/null; then
