@@ -371,28 +371,24 @@ func (m *Manager) frame(p *peer, pc *pconn, w *word) (Message, error) {
 			return Message{}, err
 		}
 		n := int(h.Length())
-		if w != nil && n <= 8 && h.Type() < FirstInternalType {
-			b, err := pc.in.peek(HeaderSize + n)
-			if err != nil {
-				return Message{}, m.readErr(p, err, true)
-			}
-			var v [8]byte
-			copy(v[:], b[HeaderSize:])
-			*w = word{v: binary.LittleEndian.Uint64(v[:]), n: uint32(n), ok: true}
-			msg := Message{Type: h.Type(), Flags: h.Flags()}
-			pc.in.discard(HeaderSize + n)
-			return msg, nil
-		}
-		msg := Message{Type: h.Type(), Flags: h.Flags(), Payload: make([]byte, n)}
 		if HeaderSize+n <= len(pc.in.buf) {
 			b, err := pc.in.peek(HeaderSize + n)
 			if err != nil {
 				return Message{}, m.readErr(p, err, true)
 			}
-			copy(msg.Payload, b[HeaderSize:])
+			msg := Message{Type: h.Type(), Flags: h.Flags()}
+			if w != nil && n <= 8 && h.Type() < FirstInternalType {
+				var v [8]byte
+				copy(v[:], b[HeaderSize:])
+				*w = word{v: binary.LittleEndian.Uint64(v[:]), n: uint32(n), ok: true}
+			} else {
+				msg.Payload = make([]byte, n)
+				copy(msg.Payload, b[HeaderSize:])
+			}
 			pc.in.discard(HeaderSize + n)
 			return msg, nil
 		}
+		msg := Message{Type: h.Type(), Flags: h.Flags(), Payload: make([]byte, n)}
 		pc.in.discard(HeaderSize)
 		part := msg // only this copy goes to the heap, not every frame's Message
 		pc.part, pc.got = &part, 0
