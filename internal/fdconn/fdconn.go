@@ -132,7 +132,27 @@ func (c *Conn) Read(b []byte) (int, error) {
 	}
 	c.rd.mu.Lock()
 	defer c.rd.mu.Unlock()
-	n, err := c.io(&c.rd, b, nil)
+	tried := false
+	if c.rd.direct && !c.closed.Load() && c.mayBlock(&c.rd) {
+		// io's first try, in this frame: a read that returns bytes enters no other function
+		// of this package (on a round trip's path each one entered is a cache miss or two
+		// once the caches went cold between messages).
+		n, err := syscall.Read(c.fd, b)
+		if n > 0 {
+			return n, nil
+		}
+		if n == 0 && err == nil && !c.closed.Load() {
+			return 0, io.EOF
+		}
+		tried = err == unix.EAGAIN || err == unix.EINTR // the slice passed: io waits in poll(2)
+		if !tried {
+			if c.closed.Load() {
+				err = net.ErrClosed // Close's shutdown ended the call
+			}
+			return 0, c.opErr("read", err)
+		}
+	}
+	n, err := c.io(&c.rd, b, nil, tried)
 	if err == nil && n == 0 {
 		return 0, io.EOF
 	}
@@ -147,7 +167,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 func (c *Conn) Write(b []byte) (int, error) {
 	c.wr.mu.Lock()
 	defer c.wr.mu.Unlock()
-	return c.write(b)
+	return c.write(b, false)
 }
 
 // WriteContext is Write whose waits end, as a deadline would, when ctx ends
@@ -158,14 +178,34 @@ func (c *Conn) WriteContext(ctx context.Context, b []byte) (int, error) {
 	c.wr.mu.Lock()
 	defer c.wr.mu.Unlock()
 	c.wr.setCtx(ctx)
-	return c.write(b)
+	if len(b) > 0 && c.wr.direct && !c.closed.Load() && c.mayBlock(&c.wr) {
+		// io's first try, in this frame, as Read's.
+		n, err := syscall.Write(c.fd, b)
+		if n == len(b) {
+			return n, nil
+		}
+		if n > 0 {
+			k, err := c.write(b[n:], false)
+			return n + k, err
+		}
+		if err != unix.EAGAIN && err != unix.EINTR || c.closed.Load() {
+			if c.closed.Load() {
+				err = net.ErrClosed
+			}
+			return 0, c.opErr("write", err)
+		}
+		return c.write(b, true)
+	}
+	return c.write(b, false)
 }
 
-// write writes all of b. The caller holds c.wr.mu.
-func (c *Conn) write(b []byte) (int, error) {
+// write writes all of b; tried: a direct write of b just found the socket full. The caller
+// holds c.wr.mu.
+func (c *Conn) write(b []byte, tried bool) (int, error) {
 	done := 0
 	for done < len(b) {
-		n, err := c.io(&c.wr, b[done:], nil)
+		n, err := c.io(&c.wr, b[done:], nil, tried)
+		tried = false
 		done += max(n, 0)
 		if err != nil {
 			return done, c.opErr("write", err)
@@ -193,7 +233,7 @@ func (c *Conn) writeBuffers(bufs [][]byte) (int64, error) {
 			bufs = bufs[1:]
 			continue
 		}
-		n, err := c.io(&c.wr, nil, bufs)
+		n, err := c.io(&c.wr, nil, bufs, false)
 		n = max(n, 0)
 		total += int64(n)
 		for n > 0 {
@@ -212,8 +252,9 @@ func (c *Conn) writeBuffers(bufs [][]byte) (int64, error) {
 }
 
 // io reads b (h is rd), or writes b or bufs (h is wr), until the call does not report
-// EAGAIN, waiting in poll(2) between tries. The caller holds h.mu.
-func (c *Conn) io(h *half, b []byte, bufs [][]byte) (int, error) {
+// EAGAIN, waiting in poll(2) between tries; tried: the caller's own direct try just found
+// nothing (io waits in poll(2) first). The caller holds h.mu.
+func (c *Conn) io(h *half, b []byte, bufs [][]byte, tried bool) (int, error) {
 	events := int16(unix.POLLIN)
 	if h == &c.wr {
 		events = unix.POLLOUT
@@ -222,7 +263,7 @@ func (c *Conn) io(h *half, b []byte, bufs [][]byte) (int, error) {
 	if c.closed.Load() {
 		return 0, net.ErrClosed
 	}
-	for try := h.direct && c.mayBlock(h); ; try = false {
+	for try := !tried && h.direct && c.mayBlock(h); ; try = false {
 		if !try { // wait in poll(2) first
 			ready, err := c.wait(h, events)
 			if err != nil {
