@@ -552,10 +552,7 @@ func (m *Manager) connFor(ctx context.Context, id uint32) (*pconn, error) {
 func (m *Manager) sendWord(ctx context.Context, id uint32, v uint64, n uint32) error {
 	if p := m.last.Load(); p != nil && p.id == id {
 		if pc := p.live.Load(); pc != nil && pc.fc != nil {
-			var f [HeaderSize + 8]byte
-			h := MakeHeader(TypeInt, 0, n)
-			copy(f[:], h[:])
-			binary.LittleEndian.PutUint64(f[HeaderSize:], v)
+			f := wordFrame(MakeHeader(TypeInt, 0, n), v)
 			k, err := pc.fc.WriteContext(ctx, f[:HeaderSize+n])
 			if err != nil {
 				return fmt.Errorf("ctrl: send to rank %d: %w", id, pc.writeErr(ctx, int64(k), err))
@@ -607,9 +604,7 @@ func (pc *pconn) writeFrame(ctx context.Context, h Header, payload []byte) error
 // no wmu (two atomic operations fewer per message).
 func (pc *pconn) writeWord(ctx context.Context, h Header, v uint64) error {
 	if pc.fc != nil {
-		var f [HeaderSize + 8]byte
-		copy(f[:], h[:])
-		binary.LittleEndian.PutUint64(f[HeaderSize:], v)
+		f := wordFrame(h, v)
 		n, err := pc.fc.WriteContext(ctx, f[:HeaderSize+h.Length()])
 		return pc.writeErr(ctx, int64(n), err)
 	}
@@ -619,6 +614,14 @@ func (pc *pconn) writeWord(ctx context.Context, h Header, v uint64) error {
 	b := binary.LittleEndian.AppendUint64(append(pc.scratch[:0], h[:]...), v)
 	n, err := pc.c.Write(b[:HeaderSize+h.Length()])
 	return pc.writeErr(ctx, int64(n), err)
+}
+
+// wordFrame is a frame of header h and v, little-endian (its first HeaderSize+h.Length()
+// bytes are the frame).
+func wordFrame(h Header, v uint64) (f [HeaderSize + 8]byte) {
+	copy(f[:], h[:])
+	binary.LittleEndian.PutUint64(f[HeaderSize:], v)
+	return f
 }
 
 // writeBound makes ctx's end interrupt a blocked write and returns what undoes it after the
@@ -884,9 +887,9 @@ func (m *Manager) RecvStruct(ctx context.Context, id uint32, v any) error {
 // Its common case is one function: the rank used last, connected off the netpoller, nothing
 // queued for it, the read token free, a word frame next. A round trip's messages find the
 // caches cold on a machine that runs other work between them, where each function entered
-// costs a miss or two (a two-process round trip spent ~1.2 µs more in ctrl's own functions
-// busy than idle per message pair); anything else takes the general path, which finds what
-// the common case read in the buffer.
+// costs a miss or two (pinned beside busy loops, ctrl's own functions took ~1.2 µs of user
+// time per round trip before this path; docs/performance.md, "Control plane"); anything else
+// takes the general path, which finds what the common case read in the buffer.
 func (m *Manager) recvWord(ctx context.Context, id uint32, size int) (uint64, error) {
 	if p := m.last.Load(); p != nil && p.id == id && len(p.user) == 0 {
 		if pc := p.live.Load(); pc != nil && pc.fc != nil {
@@ -949,7 +952,7 @@ func (m *Manager) wordNow(ctx context.Context, p *peer, pc *pconn) (v uint64, t 
 				return binary.LittleEndian.Uint64(w[:]), t, n, true
 			}
 		}
-		if b.lo > 0 {
+		if b.lo > 0 { // inbuf.fill, inline (see recvWord)
 			b.hi = copy(b.buf, b.buf[b.lo:b.hi])
 			b.lo = 0
 		}
