@@ -138,6 +138,16 @@ func TestSendRecvBothWays(t *testing.T) {
 			if _, err := srv.RecvU64(ctx, 1); !errors.Is(err, status.ErrProtocol) {
 				t.Fatalf("RecvU64 of an int: %v", err)
 			}
+			for _, n := range []int{4, 12} { // a struct of word size, and one larger than a word
+				_ = cli.Send(ctx, 0, TypeStruct, 0, make([]byte, n))
+				if _, err := srv.RecvU64(ctx, 1); !errors.Is(err, status.ErrProtocol) {
+					t.Fatalf("RecvU64 of a %d-byte struct: %v", n, err)
+				}
+			}
+			_ = cli.SendU64(ctx, 0, 42)
+			if v, err := srv.RecvU64(ctx, 1); err != nil || v != 42 {
+				t.Fatalf("RecvU64 after the refused ones: %d, %v", v, err)
+			}
 			if srv.PeerAddr(1) == nil || !srv.HasPeer(1) || srv.HasPeer(9) {
 				t.Fatal("peer bookkeeping")
 			}

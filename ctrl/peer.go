@@ -891,49 +891,43 @@ func (m *Manager) RecvStruct(ctx context.Context, id uint32, v any) error {
 // time per round trip before this path; docs/performance.md, "Control plane"); anything else
 // takes the general path, which finds what the common case read in the buffer.
 func (m *Manager) recvWord(ctx context.Context, id uint32, size int) (uint64, error) {
+	var w word
+	var t MsgType
 	if p := m.last.Load(); p != nil && p.id == id && len(p.user) == 0 {
 		if pc := p.live.Load(); pc != nil && pc.fc != nil {
 			pc.waits.Add(1) // as drive: the reader stands aside
 			if !pc.readerIn.Load() && pc.rtok.tryTake() {
-				if v, t, n, ok := m.wordNow(ctx, p, pc); ok {
-					pc.rtok.release()
-					if t != TypeInt || n != size {
-						return 0, fmt.Errorf("ctrl: from rank %d: got type %#x with %d bytes, want type %#x with %d: %w",
-							id, t, n, TypeInt, size, status.ErrProtocol)
-					}
-					return v, nil
-				}
+				t = m.wordNow(ctx, p, pc, &w)
 				pc.rtok.release()
 			}
 		}
 	}
-	var w word
-	msg, err := m.recv(ctx, id, TypeInt, &w)
-	if err != nil {
-		return 0, err
-	}
-	n := len(msg.Payload)
-	if w.ok {
-		n = int(w.n)
-	}
-	if msg.Type != TypeInt || n != size {
-		return 0, fmt.Errorf("ctrl: from rank %d: got type %#x with %d bytes, want type %#x with %d: %w",
-			id, msg.Type, n, TypeInt, size, status.ErrProtocol)
-	}
 	if !w.ok {
-		var b [8]byte
-		copy(b[:], msg.Payload)
-		w.v = binary.LittleEndian.Uint64(b[:])
+		msg, err := m.recv(ctx, id, TypeInt, &w)
+		if err != nil {
+			return 0, err
+		}
+		t = msg.Type
+		if !w.ok { // a frame queued, held or too large for a word: its payload
+			var b [8]byte
+			copy(b[:], msg.Payload)
+			w = word{v: binary.LittleEndian.Uint64(b[:]), n: uint32(len(msg.Payload))}
+		}
+	}
+	if t != TypeInt || int(w.n) != size {
+		return 0, fmt.Errorf("ctrl: from rank %d: got type %#x with %d bytes, want type %#x with %d: %w",
+			id, t, w.n, TypeInt, size, status.ErrProtocol)
 	}
 	return w.v, nil
 }
 
-// wordNow reads the next frame for recvWord's common case if it is a user frame of up to 8
-// bytes and nothing else waits to be delivered first; ok false leaves whatever it read in the
-// buffer for the general path. The caller holds pc's read token.
-func (m *Manager) wordNow(ctx context.Context, p *peer, pc *pconn) (v uint64, t MsgType, n int, ok bool) {
+// wordNow reads the next frame into w (w.ok) for recvWord's common case if it is a user frame
+// of up to 8 bytes and nothing else waits to be delivered first, and returns its type;
+// otherwise it leaves whatever it read in the buffer for the general path. The caller holds
+// pc's read token.
+func (m *Manager) wordNow(ctx context.Context, p *peer, pc *pconn, w *word) MsgType {
 	if len(p.user) > 0 || pc.part != nil || pc.held != nil || pc.rkick.Load() {
-		return 0, 0, 0, false
+		return 0
 	}
 	pc.fc.SetReadContext(ctx)
 	pc.fc.SetDirectReads(true)
@@ -941,15 +935,17 @@ func (m *Manager) wordNow(ctx context.Context, p *peer, pc *pconn) (v uint64, t 
 	for {
 		if b.hi-b.lo >= HeaderSize {
 			h := Header(b.buf[b.lo : b.lo+HeaderSize])
-			t, n = h.Type(), int(h.Length())
+			t, n := h.Type(), int(h.Length())
+			// Check's conditions, without its call, for frames the general path must refuse
 			if t >= FirstInternalType || n > 8 || uint32(n) > m.cfg.MaxFrame || h.IsHello() {
-				return 0, 0, 0, false
+				return 0
 			}
 			if b.hi-b.lo >= HeaderSize+n {
-				var w [8]byte
-				copy(w[:], b.buf[b.lo+HeaderSize:b.lo+HeaderSize+n])
+				var v [8]byte
+				copy(v[:], b.buf[b.lo+HeaderSize:b.lo+HeaderSize+n])
 				b.lo += HeaderSize + n
-				return binary.LittleEndian.Uint64(w[:]), t, n, true
+				*w = word{v: binary.LittleEndian.Uint64(v[:]), n: uint32(n), ok: true}
+				return t
 			}
 		}
 		if b.lo > 0 { // inbuf.fill, inline (see recvWord)
@@ -959,7 +955,7 @@ func (m *Manager) wordNow(ctx context.Context, p *peer, pc *pconn) (v uint64, t 
 		k, err := pc.fc.Read(b.buf[b.hi:])
 		b.hi += k
 		if k == 0 || err != nil { // the general path reads again and sees the error
-			return 0, 0, 0, false
+			return 0
 		}
 	}
 }
