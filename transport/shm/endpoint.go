@@ -352,8 +352,8 @@ func (ep *endpoint) copyOp(ctx context.Context, put bool, localOff, remoteOff, n
 // caller copies pieces from the job's front and helpers from its back when they pick it up
 // (claim): a helper that comes late finds little or nothing left, so a slow wake-up (tens of
 // µs on a VM) never delays the copy beyond the piece it is working on, and the caller waits
-// only for pieces already claimed. Helpers spin for a while after each job (HelperSpin), so back-to-back large
-// copies find them awake.
+// only for pieces already claimed. Helpers spin for a while after each job (HelperSpin), so
+// back-to-back large copies find them awake.
 //
 // Both spins (the helpers' and the caller's wait for claimed pieces) stay out of the scheduler:
 // with runtime.Gosched the spinning goroutine keeps passing through the global run queue, and
