@@ -1,8 +1,10 @@
 package shm
 
 import (
+	"slices"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestClaimBothEnds: the caller's claims from a job's front and the helpers' from its back,
@@ -48,6 +50,35 @@ func TestClaimBothEnds(t *testing.T) {
 			if n != 1 {
 				t.Fatalf("%d units by %d: unit %d taken %d times", c.units, c.g, k, n)
 			}
+		}
+	}
+}
+
+// TestShareWaitsForEmptyClaims: a shared vector job returns only once every claim is done,
+// claims of empty pieces too. When the job counted bytes, a helper still walking a group of
+// empty pieces (pieces moved on their own have none) kept reading the caller's lists after
+// share returned, and the next vector, reusing the lists, could be copied by that helper into
+// the last vector's buffers. Here the lists are refilled the moment share returns; a helper
+// still reading them would copy a byte into a fresh destination (and -race reports the read).
+func TestShareWaitsForEmptyClaims(t *testing.T) {
+	const pieces, group = 1 << 18, 1 << 17 // the caller's claim and a helper's: half each
+	for range 20 {
+		h := newHelpers(1, time.Millisecond)
+		src := []byte{1}
+		vs, vd := make([][]byte, pieces), make([][]byte, pieces)
+		vs[0], vd[0] = src, make([]byte, 1) // one byte to copy, the rest empty
+		j := &copyJob{vd: vd, vs: vs, units: pieces, group: group, pieceMin: DefaultPieceSize}
+		h.share(j, 1)
+		if vd[0][0] != 1 {
+			t.Fatalf("piece 0 not copied: %d", vd[0][0])
+		}
+		fresh := make([]byte, pieces)
+		for k := pieces - 1; k > 0; k-- { // from the end: a helper still walking up meets them
+			vs[k], vd[k] = src, fresh[k:k+1]
+		}
+		h.close() // waits for the helper
+		if k := slices.Index(fresh[1:], 1); k >= 0 {
+			t.Fatalf("piece %d copied after share returned", k+1)
 		}
 	}
 }

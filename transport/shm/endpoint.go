@@ -458,8 +458,8 @@ type copyJob struct {
 	big      bool
 	ends     atomic.Uint64 // the unclaimed units [front, back): front in the low 32 bits (claim)
 	units    uint32        // the job's units: pieces of piece bytes, or a vector's pieces
-	left     atomic.Int64
-	done     chan struct{} // closed by whoever copies the last byte
+	left     atomic.Int64  // bytes still to copy, or a vector job's pieces (share)
+	done     chan struct{} // closed by whoever takes left to 0
 	vd, vs   [][]byte      // a vector job (CopyV): pieces claimed whole, by index
 	group    int64         // a vector job's pieces per claim
 
@@ -486,7 +486,6 @@ func runV(cfg *Config, h *helpers, j *copyJob, total uint64, pieces int) {
 	start := time.Now()
 	shared := h.choiceV.pick(total, start)
 	if shared {
-		j.n = total
 		j.group = int64(max(1, cfg.PieceSize/max(1, total/uint64(pieces))))
 		j.units = uint32(pieces)
 		h.share(j, min(cap(h.jobs), pieces-1))
@@ -505,12 +504,11 @@ func (j *copyJob) solo(cfg *Config) {
 	}
 }
 
-// copyPieces copies the addressed job's pieces [from, to) and returns their bytes. On the
+// copyPieces copies the addressed job's pieces [from, to). On the
 // caller alone (solo) a piece over half bytes is copied as a large one, as copyEach does;
 // shared, as workV copies a CopyV's.
-func (j *copyJob) copyPieces(from, to int, solo bool, half uint64) int64 {
+func (j *copyJob) copyPieces(from, to int, solo bool, half uint64) {
 	locs, rems, rmem, rbase, piece := j.locs[from:to], j.rems[from:to], j.rmem, j.rbase, j.pieceMin
-	var n int64
 	for k, l := range locs {
 		if len(l) == 0 {
 			continue
@@ -523,9 +521,7 @@ func (j *copyJob) copyPieces(from, to int, solo bool, half uint64) int64 {
 		} else {
 			pieceCopy(l, r, piece, big)
 		}
-		n += int64(len(l))
 	}
-	return n
 }
 
 // claim takes up to g of the job's unclaimed units, from the front for the caller and from
@@ -573,18 +569,17 @@ func (j *copyJob) workV(back bool) {
 			return
 		}
 		if j.locs != nil {
-			if n := j.copyPieces(int(i), int(e), false, 0); n > 0 && j.left.Add(-n) == 0 {
-				close(j.done)
+			j.copyPieces(int(i), int(e), false, 0)
+		} else {
+			for k := i; k < e; k++ {
+				m := min(len(j.vs[k]), len(j.vd[k]))
+				pieceCopy(j.vd[k][:m], j.vs[k][:m], j.pieceMin, j.big)
 			}
-			continue
 		}
-		var n int64
-		for k := i; k < e; k++ {
-			m := min(len(j.vs[k]), len(j.vd[k]))
-			pieceCopy(j.vd[k][:m], j.vs[k][:m], j.pieceMin, j.big)
-			n += int64(m)
-		}
-		if n > 0 && j.left.Add(-n) == 0 { // only the claim that takes left to 0 closes done
+		// A vector job counts pieces, not bytes: a claim of empty pieces (a piece moved on its
+		// own has none here) counted nothing when it counted bytes, and the caller, done once
+		// every byte was, returned and reused its lists while this loop still read them.
+		if j.left.Add(-int64(e-i)) == 0 { // only the claim that takes left to 0 closes done
 			close(j.done)
 		}
 	}
@@ -628,7 +623,11 @@ type helpers struct {
 
 // share copies j on the caller and up to n helpers and waits for every piece.
 func (h *helpers) share(j *copyJob, n int) {
-	j.left.Store(int64(j.n))
+	if j.vd != nil || j.locs != nil {
+		j.left.Store(int64(j.units)) // a vector job: pieces (workV)
+	} else {
+		j.left.Store(int64(j.n)) // bytes
+	}
 	j.ends.Store(uint64(j.units) << 32)
 	j.done = make(chan struct{})
 	for range n {
