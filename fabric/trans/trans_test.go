@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"slices"
@@ -729,5 +730,100 @@ func TestReregisterSameMemory(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMixedBatch: one batch of writes and reads interleaved (a run of writes, then reads and
+// writes alternating) moves every block its own way over TCP and shared memory, checked byte
+// for byte in the target's memory and in the initiator's buffers; a batch with a bad request
+// moves nothing and names that request.
+func TestMixedBatch(t *testing.T) {
+	tg := spawnTarget(t, "127.0.0.1:0", P2P)
+	for _, k := range []transport.ConnType{transport.TCP, transport.SHM} {
+		t.Run(k.String(), func(t *testing.T) {
+			e := initiator(t, P2P, k)
+			ctx := testCtx(t)
+			const blk, n = 4096, 24
+			src, dst, back := make([]byte, n*blk), make([]byte, n*blk), make([]byte, n*blk)
+			remote := func(i int) uint64 { return tg.addr + uint64(2*i+1)*blk } // no two adjacent
+			var all []Request                                                   // every block read back
+			for i := range n {
+				all = append(all, Request{Op: Read, Local: memory.AddrOf(back[i*blk:]), Remote: remote(i), Size: blk})
+			}
+			// Round 0 starts with a run of writes, round 1 (the batch reversed) with reads.
+			for round := range 2 {
+				for i := range src {
+					src[i] = byte(i*7 + i>>12 + int(k) + 13*round)
+				}
+				clear(dst)
+				// Seed the target with the blocks the batch reads: the even ones from 4.
+				var seed []Request
+				for i := 4; i < n; i += 2 {
+					seed = append(seed, Request{Op: Write, Local: memory.AddrOf(src[i*blk:]), Remote: remote(i), Size: blk})
+				}
+				if err := e.Transfer(ctx, tg.id, seed, nil); err != nil {
+					t.Fatal(err)
+				}
+				var reqs []Request
+				for i := range n {
+					q := Request{Op: Write, Local: memory.AddrOf(src[i*blk:]), Remote: remote(i), Size: blk}
+					if i >= 4 && i%2 == 0 {
+						q.Op, q.Local = Read, memory.AddrOf(dst[i*blk:])
+					}
+					reqs = append(reqs, q)
+				}
+				if round == 1 {
+					slices.Reverse(reqs)
+				}
+				if err := e.Transfer(ctx, tg.id, reqs, nil); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.Transfer(ctx, tg.id, all, nil); err != nil {
+					t.Fatal(err)
+				}
+				for i := range n {
+					if b := src[i*blk : (i+1)*blk]; string(back[i*blk:(i+1)*blk]) != string(b) {
+						t.Fatalf("round %d: the remote block of request %d differs", round, i)
+					}
+					if i >= 4 && i%2 == 0 && string(dst[i*blk:(i+1)*blk]) != string(src[i*blk:(i+1)*blk]) {
+						t.Fatalf("round %d: request %d (a read) brought other bytes", round, i)
+					}
+				}
+			}
+			// Request 5 of this batch has an unknown direction: nothing moves.
+			clear(back)
+			bad := slices.Clone(all)
+			bad[5].Op = 7
+			if err := e.Transfer(ctx, tg.id, bad, nil); !errors.Is(err, status.ErrInvalidConfig) || !strings.Contains(err.Error(), "request 5 (op 7") {
+				t.Fatalf("a batch with op 7: %v", err)
+			}
+			bad[5].Op, bad[5].Size = Read, ^uint64(0) // a range past the address space
+			if err := e.Transfer(ctx, tg.id, bad, nil); !errors.Is(err, status.ErrInvalidConfig) || !strings.Contains(err.Error(), "request 5 ") {
+				t.Fatalf("a batch with a range past the address space: %v", err)
+			}
+			if slices.ContainsFunc(back, func(b byte) bool { return b != 0 }) {
+				t.Fatal("a refused batch moved bytes")
+			}
+		})
+	}
+}
+
+// TestCheckMerges: check says a batch merges exactly where a request continues the one before
+// it, as mergeInto would merge it.
+func TestCheckMerges(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		var reqs []Request
+		for range 1 + rng.IntN(6) {
+			q := Request{Op: Opcode(rng.IntN(2)), Local: 4096 * (1 + rng.Uint64N(4)), Remote: 4096 * (1 + rng.Uint64N(4)), Size: 4096}
+			reqs = append(reqs, q)
+		}
+		merges, err := check(reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := len(mergeInto(nil, reqs)) < len(reqs); merges != want {
+			t.Fatalf("%v: check says merges %v, mergeInto %v", reqs, merges, want)
+		}
 	}
 }

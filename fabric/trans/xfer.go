@@ -170,12 +170,9 @@ func (e *Engine) start(ctx context.Context, peerID string, reqs []Request) (*pee
 	if len(reqs) == 0 || len(reqs) > MaxBatch {
 		return nil, nil, -1, nil, fmt.Errorf("trans: batch of %d requests: %w", len(reqs), status.ErrInvalidConfig)
 	}
-	merges := false // whether a request continues the one before it (checked in the same pass)
-	for i, r := range reqs {
-		if (r.Op != Read && r.Op != Write) || r.Local == 0 || r.Remote == 0 || r.Size == 0 || r.Local+r.Size < r.Local || r.Remote+r.Size < r.Remote {
-			return nil, nil, -1, nil, fmt.Errorf("trans: request %d (op %d, %d bytes %#x <-> %#x): %w", i, r.Op, r.Size, r.Local, r.Remote, status.ErrInvalidConfig)
-		}
-		merges = merges || i > 0 && continues(reqs[i-1], r)
+	merges, err := check(reqs)
+	if err != nil {
+		return nil, nil, -1, nil, err
 	}
 	var places []memory.Place   // each request's local place; nil: all host memory
 	if memory.MayHoldDevice() { // one look per batch; each local buffer only where device memory can exist
@@ -224,6 +221,32 @@ func (e *Engine) start(ctx context.Context, peerID string, reqs []Request) (*pee
 		return nil, nil, -1, nil, err
 	}
 	return p, ops, kind, ep, nil
+}
+
+// check refuses a batch with a request that names no memory, no bytes, a range past the
+// address space or an unknown direction, and says whether a request continues the one before
+// it (as continues does). A function of its own, with the previous request's direction and
+// ends kept in registers and the error built out of line: inside start the loop reloaded
+// start's state from its stack for every request (perf annotate: 2-3 µs of a 512-block batch).
+func check(reqs []Request) (merges bool, err error) {
+	prevOp, prevL, prevR := Opcode(-1), uint64(0), uint64(0)
+	for i := range reqs {
+		r := &reqs[i]
+		le, re := r.Local+r.Size, r.Remote+r.Size
+		if (r.Op != Read && r.Op != Write) || r.Local == 0 || r.Remote == 0 || r.Size == 0 || le < r.Local || re < r.Remote {
+			return false, badRequest(i, *r)
+		}
+		merges = merges || r.Op == prevOp && r.Local == prevL && r.Remote == prevR
+		prevOp, prevL, prevR = r.Op, le, re
+	}
+	return merges, nil
+}
+
+// badRequest is the error for request i, one that check refuses.
+//
+//go:noinline
+func badRequest(i int, r Request) error {
+	return fmt.Errorf("trans: request %d (op %d, %d bytes %#x <-> %#x): %w", i, r.Op, r.Size, r.Local, r.Remote, status.ErrInvalidConfig)
 }
 
 // finish waits for a batch's ops within ctx, delivers notify after them, and returns the
@@ -313,7 +336,26 @@ func (e *Engine) post(ctx context.Context, p *peer, reqs []Request, places []mem
 		}()
 	}
 	if vector && places == nil { // all host memory: a loop of its own, nothing spilled per request
-		for _, q := range reqs {
+		// The batch's leading run of one direction fills that direction's list by index (a
+		// batch is mostly one direction; its list has room for all of it): appending to four
+		// lists kept them all live, and the loop spilled them to its stack for every request.
+		i, n := 0, len(reqs)
+		if reqs[0].Op == Write {
+			wsrc, wrem = wsrc[:n], wrem[:n]
+			for ; i < n && reqs[i].Op == Write; i++ {
+				wsrc[i] = memory.HostSlice(memory.Ptr(reqs[i].Local), reqs[i].Size)
+				wrem[i] = transport.Remote{Addr: reqs[i].Remote}
+			}
+			wsrc, wrem = wsrc[:i], wrem[:i]
+		} else {
+			rdst, rrem = rdst[:n], rrem[:n]
+			for ; i < n && reqs[i].Op != Write; i++ {
+				rdst[i] = memory.HostSlice(memory.Ptr(reqs[i].Local), reqs[i].Size)
+				rrem[i] = transport.Remote{Addr: reqs[i].Remote}
+			}
+			rdst, rrem = rdst[:i], rrem[:i]
+		}
+		for _, q := range reqs[i:] {
 			local := memory.HostSlice(memory.Ptr(q.Local), q.Size)
 			if q.Op == Write {
 				wsrc, wrem = append(wsrc, local), append(wrem, transport.Remote{Addr: q.Remote})

@@ -509,18 +509,26 @@ func (j *copyJob) solo(cfg *Config) {
 // shared, as workV copies a CopyV's.
 func (j *copyJob) copyPieces(from, to int, solo bool, half uint64) {
 	locs, rems, rmem, rbase, piece := j.locs[from:to], j.rems[from:to], j.rmem, j.rbase, j.pieceMin
+	// The common piece is copied here rather than two calls down (pieceCopy, memcopy.Copy):
+	// each call after a `rep movsb` waits on the copy's stores, and the two took ~5 % of a
+	// 512 × 4 KiB batch's CPU (perf record of hmc trans bench).
+	movsb := memcopy.HaveMovsb
 	for k, l := range locs {
 		if len(l) == 0 {
 			continue
 		}
+		n := uint64(len(l))
 		off := rems[k].Addr - rbase
-		r := rmem[off : off+uint64(len(l))]
-		big := solo && uint64(len(l)) > half
+		r := rmem[off : off+n]
+		dst, src := l, r
 		if j.toRemote {
-			pieceCopy(r, l, piece, big)
-		} else {
-			pieceCopy(l, r, piece, big)
+			dst, src = r, l
 		}
+		if movsb && n >= memcopy.MovsbMin && n < libcMin { // a KV block: pieceCopy's choice, in place
+			memcopy.Movsb(unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src)), uintptr(n))
+			continue
+		}
+		pieceCopy(dst, src, piece, solo && n > half)
 	}
 }
 
@@ -716,7 +724,8 @@ func pieceCopy(dst, src []byte, piece uint64, big bool) {
 		}
 	}
 	if !big && n >= memcopy.MovsbMin && n < libcMin && memcopy.HaveMovsb {
-		memcopy.Copy(dst, src)
+		dst = dst[:n] // as long as src (every caller's pieces are): checked, not assumed
+		memcopy.Movsb(unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src)), uintptr(n))
 		return
 	}
 	if big || n <= piece {
