@@ -2,6 +2,7 @@
 
 // The C side of the UCX transport; see hmc_ucx.h.
 #define _GNU_SOURCE
+#include <malloc.h>
 #include <stdio.h>
 #include <string.h>
 #include <uct/api/uct.h>
@@ -423,4 +424,34 @@ int hmc_ep_rma_emulated(ucp_ep_h ep) {
 	}
 	free(buf);
 	return lanes > 0 && native == 0;
+}
+
+/* hmc_tune_malloc sets glibc's mmap and trim thresholds (mallopt); 1 when both were set, 0
+   where this C library has no mallopt or refused a value. */
+int hmc_tune_malloc(int mmap_threshold, int trim_threshold) {
+#ifdef __GLIBC__
+    return mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1 && mallopt(M_TRIM_THRESHOLD, trim_threshold) == 1;
+#else
+    (void)mmap_threshold;
+    (void)trim_threshold;
+    return 0;
+#endif
+}
+
+/* hmc_malloc_mapped says whether a malloc of n bytes gets a mapping of its own: 1 yes, 0 no,
+   -1 unknown (no glibc, or no memory). */
+int hmc_malloc_mapped(size_t n) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    size_t before = mallinfo2().hblks;
+    void *p = malloc(n);
+    if (p == NULL) {
+        return -1;
+    }
+    int mapped = mallinfo2().hblks > before;
+    free(p);
+    return mapped;
+#else
+    (void)n;
+    return -1;
+#endif
 }

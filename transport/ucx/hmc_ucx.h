@@ -64,5 +64,7 @@ void hmc_am_free(ucp_worker_h w, hmc_amrx *m);
 void hmc_am_drop(ucp_worker_h w, hmc_amq *q);
 void *hmc_post_am(uintptr_t ep, unsigned id, uintptr_t hdr, size_t hlen, size_t n, ucs_status_t *st);
 int hmc_ep_rma_emulated(ucp_ep_h ep);
+int hmc_tune_malloc(int mmap_threshold, int trim_threshold);
+int hmc_malloc_mapped(size_t n);
 
 #endif

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -304,5 +305,39 @@ func TestCloseAbandonsAStuckEndpoint(t *testing.T) {
 	}
 	if _, err := p.EP.PutAsync(ctx, 0, 0, 8); !errors.Is(err, status.ErrClosed) {
 		t.Fatalf("put after an abandoning Close: %v", err)
+	}
+}
+
+// TestMallocThresholds: once a UCX context is open, a 4 MiB malloc (as UCX's buffer for an
+// assembled PUTV, up to 2 MiB) comes from the heap, not a mapping of its own faulted in page by
+// page; a process that set malloc tunables itself, or HMC_UCX_MALLOC=default, keeps glibc's.
+func TestMallocThresholds(t *testing.T) {
+	hostBuf(t, 4096, Config{TLS: "tcp"}) // opens a UCX context
+	if !tuneMallocHere(os.Getenv) {
+		t.Skip("this process's environment sets malloc's thresholds")
+	}
+	for range 3 { // a freed chunk is reused, not unmapped and mapped again
+		if mallocMapped(4 << 20) {
+			t.Fatal("a 4 MiB malloc got a mapping of its own after a UCX context opened")
+		}
+	}
+	for env, want := range map[string]bool{
+		"":                       true,
+		"HMC_UCX_MALLOC=default": false,
+		"HMC_UCX_MALLOC=tuned":   true,
+		"GLIBC_TUNABLES=glibc.malloc.arena_max=2":  false,
+		"GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX512F": true,
+		"MALLOC_MMAP_THRESHOLD_=1048576":           false,
+		"MALLOC_TRIM_THRESHOLD_=1048576":           false,
+	} {
+		k, v, _ := strings.Cut(env, "=")
+		if got := tuneMallocHere(func(s string) string {
+			if s == k {
+				return v
+			}
+			return ""
+		}); got != want {
+			t.Errorf("environment %q: tunes malloc %v, want %v", env, got, want)
+		}
 	}
 }
