@@ -54,6 +54,35 @@ func TestClaimBothEnds(t *testing.T) {
 	}
 }
 
+// TestClaimGuided: a vector job's claims shrink as it empties, a quarter of what is left and
+// at least an eighth of the group, so that the last claims of two cores end close together;
+// a contiguous job's (g 1) stay one unit.
+func TestClaimGuided(t *testing.T) {
+	for _, c := range []struct {
+		units, g uint32
+		want     []uint32
+	}{
+		{512, 128, []uint32{128, 96, 72, 54, 40, 30, 23, 17, 16, 16, 16, 4}},
+		{100, 128, []uint32{25, 18, 16, 16, 16, 9}},
+		{10, 1, []uint32{1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
+		{3, 8, []uint32{1, 1, 1}},
+	} {
+		j := &copyJob{units: c.units}
+		j.ends.Store(uint64(c.units) << 32)
+		var got []uint32
+		for {
+			from, to := j.claim(c.g, false)
+			if from >= to {
+				break
+			}
+			got = append(got, to-from)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%d units by %d: claims %v, want %v", c.units, c.g, got, c.want)
+		}
+	}
+}
+
 // TestShareWaitsForEmptyClaims: a shared vector job returns only once every claim is done,
 // claims of empty pieces too. When the job counted bytes, a helper still walking a group of
 // empty pieces (pieces moved on their own have none) kept reading the caller's lists after
@@ -61,7 +90,7 @@ func TestClaimBothEnds(t *testing.T) {
 // the last vector's buffers. Here the lists are refilled the moment share returns; a helper
 // still reading them would copy a byte into a fresh destination (and -race reports the read).
 func TestShareWaitsForEmptyClaims(t *testing.T) {
-	const pieces, group = 1 << 18, 1 << 17 // the caller's claim and a helper's: half each
+	const pieces, group = 1 << 18, 1 << 17 // the first claims: a quarter each
 	for range 20 {
 		h := newHelpers(1, time.Millisecond)
 		src := []byte{1}
