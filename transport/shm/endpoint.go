@@ -532,17 +532,16 @@ func (j *copyJob) copyPieces(from, to int, solo bool, half uint64) {
 	}
 }
 
-// claim takes up to g of the job's unclaimed units, from the front for the caller and from
-// the back for a helper, and returns them as [from, to) (empty when none is left). A vector
-// job's claims (g > 1) are guided: a quarter of what is left, at least an eighth of g, so
-// that the cores' last claims are small and end together; with claims of g throughout, the
-// caller of a 512 × 4 KiB batch (four claims of 128 pieces) often finished its half and then
-// waited for the helper's last 512 KiB (the caller's wait loop was ~3 % of both cores' time),
-// and guided claims took that batch from 0.74-0.75 of one contiguous copy to 0.84 (`hmc trans
-// bench --protocol shm --batch-size 512 --block-size 4KiB`, old and new binaries interleaved,
-// medians of six and eight; busy the same, 16 and 64 KiB blocks and the KV layouts
-// unchanged). Taking the
-// two ends keeps each core on the same part of the job from one copy to the next, so that a
+// claim takes up to g of the job's unclaimed units, from the front for the caller and from the
+// back for a helper, and returns them as [from, to) (empty when none is left). A vector job's
+// claims (g > 1) are guided: a quarter of what is left, at least an eighth of g, so that the
+// cores' last claims are small and end together; with claims of g throughout, the caller of a
+// 512 × 4 KiB batch (four claims of 128 pieces) often finished its half and then waited for the
+// helper's last 512 KiB (the caller's wait loop was ~3 % of both cores' time), and guided
+// claims took that batch from 0.74-0.75 of one contiguous copy to 0.84 (`hmc trans bench
+// --protocol shm --batch-size 512 --block-size 4KiB`, old and new binaries interleaved, medians
+// of six and eight; busy the same, 16 and 64 KiB blocks and the KV layouts unchanged). Taking
+// the two ends keeps each core on the same part of the job from one copy to the next, so that a
 // batch copied again and again finds its bytes in that core's caches: with one shared cursor
 // the parts changed hands copy to copy, and a 2 MiB vector of 4 KiB pieces shared by two cores
 // of a 2 MiB-L2 VM took 67.5 µs (median of six runs of BenchmarkVector) where it takes 59.7
