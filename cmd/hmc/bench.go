@@ -252,7 +252,7 @@ func startServerChild(ctx context.Context, tr string, maxSize uint64, busyPoll t
 		return nil, err
 	}
 	bufSize := max(maxSize, 1<<20)
-	cmd := exec.CommandContext(ctx, exe, "bench", "server", "--bind", "127.0.0.1", "--data-port", "0", "--ctrl-port", "0",
+	cmd := childCommand(ctx, exe, "bench", "server", "--bind", "127.0.0.1", "--data-port", "0", "--ctrl-port", "0",
 		"--transport", tr, "--buffer", strconv.FormatUint(bufSize, 10), "--busy-poll", busyPoll.String(), "--ucx-alloc="+strconv.FormatBool(ucxAlloc), "--child")
 	cmd.Args = append(cmd.Args, authArgs...)
 	cmd.Stderr = os.Stderr

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -138,7 +137,7 @@ bytes as one contiguous copy). Ranks 1.. are started here as child processes unl
 			cctx, cancel := context.WithCancel(ctx)
 			defer func() { cancel(); wg.Wait() }()
 			for r := 1; r < local; r++ {
-				c := exec.CommandContext(cctx, exe, append([]string{"bm", "serve", "--rank", strconv.Itoa(r)}, f.args()...)...)
+				c := childCommand(cctx, exe, append([]string{"bm", "serve", "--rank", strconv.Itoa(r)}, f.args()...)...)
 				c.Stdout, c.Stderr = os.Stderr, os.Stderr
 				if err := c.Start(); err != nil {
 					return err

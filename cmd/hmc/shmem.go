@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -77,7 +76,7 @@ processes, unless --local-ranks says fewer (start the rest with "hmc shmem serve
 			var wg sync.WaitGroup
 			defer func() { cancel(); wg.Wait() }()
 			for r := 1; r < local; r++ {
-				c := exec.CommandContext(cctx, exe, "shmem", "serve", "--store", cfg.Store, "--world", strconv.Itoa(world),
+				c := childCommand(cctx, exe, "shmem", "serve", "--store", cfg.Store, "--world", strconv.Itoa(world),
 					"--rank", strconv.Itoa(r), "--ops", ops, "--sizes", sizes, "--iters", strconv.Itoa(iters))
 				c.Stdout, c.Stderr = os.Stderr, os.Stderr
 				if err := c.Start(); err != nil {

@@ -148,7 +148,7 @@ func startReadyChild(ctx context.Context, what string, args ...string) (*exec.Cm
 	if err != nil {
 		return nil, "", err
 	}
-	c := exec.CommandContext(ctx, exe, args...)
+	c := childCommand(ctx, exe, args...)
 	c.Stderr = os.Stderr
 	out, err := c.StdoutPipe()
 	if err != nil {
