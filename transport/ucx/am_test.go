@@ -42,19 +42,29 @@ func rmaPair(t *testing.T, cfg Config) (*transporttest.RMAPair, *endpoint) {
 // Over tcp a vector put of scattered blocks goes as PUTV active messages (a KV batch: 512
 // blocks of 4 KiB in two regions, plus pieces too large for a PUTV, which go as puts), and
 // lands byte for byte, and a vector get of them as GETVs reads them back; over shared memory,
-// and with PiecewiseVectors, their pieces stay puts and gets.
+// and with PiecewiseVectors, their pieces stay puts and gets. The 512 blocks make one PUTV,
+// sent as a rendezvous that the target receives into place; 1,536 blocks make three, sent
+// eagerly.
 func TestVectorPutsAsActiveMessages(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		cfg  Config
-		am   bool
-	}{{"tcp", Config{TLS: "tcp"}, true}, {"tcp-piecewise", Config{TLS: "tcp", PiecewiseVectors: true}, false}, {"shm", Config{TLS: "posix,cma,self"}, false}} {
+		name   string
+		cfg    Config
+		am     bool
+		blocks int
+		rndv   bool
+	}{
+		{"tcp", Config{TLS: "tcp"}, true, 512, true},
+		{"tcp-3-putvs", Config{TLS: "tcp"}, true, 1536, false},
+		{"tcp-piecewise", Config{TLS: "tcp", PiecewiseVectors: true}, false, 512, false},
+		{"shm", Config{TLS: "posix,cma,self"}, false, 512, false},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, e := rmaPair(t, c.cfg)
 			if e.amVec != c.am {
 				t.Fatalf("vector puts as active messages: %v, want %v", e.amVec, c.am)
 			}
-			const block, blocks = 4096, 512
+			const block = 4096
+			blocks := c.blocks
 			mems := [][]byte{make([]byte, 2*block*blocks), make([]byte, 2*block*blocks+(1<<20))}
 			var regs []*buffer.Region
 			for _, m := range mems {
@@ -78,10 +88,10 @@ func TestVectorPutsAsActiveMessages(t *testing.T) {
 				where = append(where, at{r, off})
 			}
 			big := src[block*blocks:] // 600 KiB: a put of its own
-			srcs, dsts = append(srcs, big), append(dsts, transport.Remote{Addr: regs[1].Addr() + 2*block*blocks})
+			srcs, dsts = append(srcs, big), append(dsts, transport.Remote{Addr: regs[1].Addr() + uint64(2*block*blocks)})
 			where = append(where, at{1, 2 * block * blocks})
 			w := e.w
-			before := w.putvs.Load()
+			before, beforeRndv := w.putvs.Load(), w.putvsRndv.Load()
 			ctx := ctx10(t)
 			op, err := e.WriteVAsync(ctx, srcs, dsts)
 			if err != nil {
@@ -98,13 +108,16 @@ func TestVectorPutsAsActiveMessages(t *testing.T) {
 			if n := w.putvs.Load() - before; (n > 0) != c.am {
 				t.Fatalf("%d PUTVs applied, want them: %v", n, c.am)
 			}
+			if n := w.putvsRndv.Load() - beforeRndv; (n > 0) != c.rndv {
+				t.Fatalf("%d PUTVs received as rendezvous, want them: %v", n, c.rndv)
+			}
 			gets := w.getvs.Load()
 			readBack(ctx, t, e, srcs, dsts)
 			n := w.getvs.Load() - gets
 			if (n > 0) != c.am {
 				t.Fatalf("%d GETVs answered, want them: %v", n, c.am)
 			}
-			if c.am && n < block*blocks/amGetChunk { // 2 MiB of blocks: several GETVs, four in flight
+			if c.am && n < uint64(block*blocks/amGetChunk) { // 2 MiB of blocks: several GETVs, four in flight
 				t.Fatalf("%d GETVs answered for %d bytes of blocks, want at least %d", n, block*blocks, block*blocks/amGetChunk)
 			}
 		})
@@ -323,6 +336,49 @@ func TestVectorPutTwoProcesses(t *testing.T) {
 		}
 		if time.Since(start) > 5*time.Second {
 			t.Fatal("vector puts to a killed target kept succeeding for 5 s")
+		}
+	}
+}
+
+// A region's deregistration waits for the rendezvous PUTVs still being received into it (a
+// receive in flight is simulated in rxRegions): it returns only once the last one ends, and
+// fails typed, the registration kept, if one outlasts its context.
+func TestDeregisterWaitsForRendezvousReceive(t *testing.T) {
+	p, e := rmaPair(t, Config{TLS: "tcp"})
+	ctx := ctx10(t)
+	w := e.w // the target's too: both ends share the transport
+	for _, outlast := range []bool{false, true} {
+		mem := make([]byte, 4096)
+		reg, err := p.Table.Register(mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.targetOf(ctx, transport.Remote{Key: reg.Key()}, 8); err != nil { // granted, mapped
+			t.Fatal(err)
+		}
+		w.call(func() { w.rxRegions[reg.Key()]++ })
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		done := make(chan error, 1)
+		go func() { done <- p.Table.Deregister(dctx, reg) }()
+		select {
+		case err := <-done:
+			t.Fatalf("deregistered with a receive into the region in flight: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if !outlast {
+			w.call(func() { delete(w.rxRegions, reg.Key()) })
+		}
+		err = <-done
+		cancel()
+		if outlast {
+			w.call(func() { delete(w.rxRegions, reg.Key()) })
+			if !errors.Is(err, status.ErrTimeout) {
+				t.Fatalf("a receive that outlasts the deregistration's context: %v, want ErrTimeout", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -34,8 +34,9 @@
 //     before anything is posted.
 //   - Vectors (transport.VectorRMA): every piece posted in one call with one flush; where UCX
 //     emulates RMA over tcp, as active messages instead (bootstrap version 3, am.go): a PUTV
-//     carries a table of pieces and their bytes, one eager message per 2 MiB, copied into
-//     place by the target after checking each piece against what the link was granted, and
+//     carries a table of pieces and their bytes, one message per 2 MiB, copied into place by
+//     the target after checking each piece against what the link was granted (a lone PUTV
+//     goes as a rendezvous on version-4 links, received straight into the pieces), and
 //     answered; a GETV carries the table and is answered with the pieces' bytes.
 //   - Over tcp, UCX 1.13 emulates RMA with active messages of at most UCX_TCP_TX_SEG_SIZE, each
 //     answered by a completion message. The context asks for 64 KiB segments (UCX's default

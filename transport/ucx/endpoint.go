@@ -60,11 +60,12 @@ type endpoint struct {
 	stagingMu sync.Mutex     // orders staging.Add after closed is set against Close's Wait
 	staging   sync.WaitGroup // staged transfers' goroutines (staged); Close waits for them
 
-	version uint16        // the bootstrap link's: 2 serves registered regions, 3 takes PUTVs and GETVs
-	token   uint64        // the link's token (version 3), which PUTVs and GETVs carry
-	amVec   bool          // vectors go as active messages: version 3, RMA emulated over tcp (am.go)
-	peer    peerRegions   // the target's regions resolved so far
-	quit    chan struct{} // closed by Close: the link reader stops handing out answers
+	version  uint16        // the bootstrap link's: 2 serves registered regions, 3 takes PUTVs and GETVs
+	token    uint64        // the link's token (version 3), which PUTVs and GETVs carry
+	amVec    bool          // vectors go as active messages: version 3, RMA emulated over tcp (am.go)
+	rndvPutv bool          // a vector's lone PUTV goes as a rendezvous: version 4 (am.go)
+	peer     peerRegions   // the target's regions resolved so far
+	quit     chan struct{} // closed by Close: the link reader stops handing out answers
 }
 
 // finishAll finishes every op with err.
@@ -209,6 +210,7 @@ func (t *Transport) setup(ctx context.Context, w *worker, conn net.Conn, cfg tra
 		}
 		e.token = wel.token
 		e.amVec = wel.version >= 3 && !t.cfg.PiecewiseVectors && C.hmc_ep_rma_emulated(e.ep) != 0
+		e.rndvPutv = wel.version >= 4
 		rk := C.CBytes(wel.rkey)
 		defer C.free(rk)
 		if st = C.ucp_ep_rkey_unpack(e.ep, rk, &e.rkey); st != C.UCS_OK {

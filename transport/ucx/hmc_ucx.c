@@ -269,7 +269,11 @@ static ucs_status_t hmc_queue(hmc_amq *q, int kind, const void *header, size_t h
 	if (p->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) m->reply_ep = p->reply_ep;
 	m->len = data != NULL ? len : 0;
 	ucs_status_t ret = UCS_OK;
-	if (data != NULL && (p->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)) {
+	if (p->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) { // only PUTVs come so
+		m->data = data; // the descriptor: hmc_am_recv or hmc_am_free takes it
+		m->rndv = 1;
+		ret = UCS_INPROGRESS;
+	} else if (data != NULL && (p->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)) {
 		m->data = data; // held: given back by hmc_am_free
 		m->release = 1;
 		ret = UCS_INPROGRESS;
@@ -284,12 +288,14 @@ static ucs_status_t hmc_queue(hmc_amq *q, int kind, const void *header, size_t h
 }
 
 // PUTV and GETV handlers (target): queue the message for the Go side, which checks every piece
-// against the regions the sender's link was granted before it copies anything. A rendezvous
-// message is never sent (the initiator forces eager), nor one without a reply endpoint: such a
-// message is dropped, and its sender fails when the endpoint fails or closes.
+// against the regions the sender's link was granted before it copies or receives anything. A
+// PUTV comes eagerly (its bytes here, assembled) or, from version-4 initiators, as a rendezvous
+// (its bytes received later straight into the pieces, hmc_am_recv); a GETV only eagerly. A
+// rendezvous GETV is never sent, nor a message without a reply endpoint: such a message is
+// dropped, and its sender fails when the endpoint fails or closes.
 static ucs_status_t hmc_on_putv(void *arg, const void *header, size_t hlen, void *data, size_t len,
                                 const ucp_am_recv_param_t *p) {
-	if ((p->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || !(p->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;
+	if (!(p->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;
 	return hmc_queue(arg, HMC_AM_PUTV, header, hlen, data, len, p);
 }
 
@@ -309,7 +315,7 @@ static ucs_status_t hmc_on_data(void *arg, const void *header, size_t hlen, void
 // ACK handler (initiator): a PUTV's answer, header u64 seq, u64 status.
 static ucs_status_t hmc_on_ack(void *arg, const void *header, size_t hlen, void *data, size_t len,
                                const ucp_am_recv_param_t *p) {
-	if (hlen != 16) return UCS_OK;
+	if ((p->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || hlen != 16) return UCS_OK;
 	return hmc_queue(arg, HMC_AM_ACK, header, hlen, NULL, 0, p);
 }
 
@@ -367,8 +373,27 @@ void *hmc_am_answer(ucp_ep_h ep, hmc_amrx *m, unsigned id, uint64_t seq, uint64_
 	return r;
 }
 
+// Receives a rendezvous PUTV's bytes (m->data, its descriptor) straight into its n pieces (iov:
+// n ucp_dt_iov_t, live until the request completes). UCX owns the descriptor from here, whether
+// or not the receive starts.
+void *hmc_am_recv(ucp_worker_h w, hmc_amrx *m, void *iov, size_t n, ucs_status_t *st) {
+	ucp_request_param_t p;
+	memset(&p, 0, sizeof p);
+	p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+	p.datatype = ucp_dt_make_iov();
+	void *desc = m->data;
+	m->data = NULL;
+	m->rndv = 0;
+	ucs_status_ptr_t r = ucp_am_recv_data_nbx(w, desc, iov, n, &p);
+	if (UCS_PTR_IS_ERR(r)) { *st = UCS_PTR_STATUS(r); return NULL; }
+	*st = UCS_OK;
+	return r;
+}
+
+// Frees m and what it holds. A rendezvous PUTV whose bytes were not received (refused) is
+// declined: UCX completes its sender's send without moving the bytes.
 void hmc_am_free(ucp_worker_h w, hmc_amrx *m) {
-	if (m->release) ucp_am_data_release(w, m->data);
+	if (m->release || m->rndv) ucp_am_data_release(w, m->data);
 	else free(m->data);
 	free(m->out);
 	free(m);
@@ -380,15 +405,15 @@ void hmc_am_drop(ucp_worker_h w, hmc_amq *q) {
 }
 
 // Posts one PUTV or GETV (id): hdr (hlen bytes, followed in its allocation by the n
-// ucp_dt_iov_t of a PUTV's pieces; n is 0 for a GETV, which carries no data), eagerly, asking
-// for a reply endpoint at the target. hdr's allocation and the pieces must live until the
-// request completes.
+// ucp_dt_iov_t of a PUTV's pieces; n is 0 for a GETV, which carries no data), eagerly or (rndv,
+// a PUTV to a version-4 target) as a rendezvous, asking for a reply endpoint at the target.
+// hdr's allocation and the pieces must live until the request completes.
 _Static_assert(sizeof(ucp_dt_iov_t) == 16, "ucp_dt_iov_t is a pointer and a size_t (am.go writes them)");
-void *hmc_post_am(uintptr_t ep, unsigned id, uintptr_t hdr, size_t hlen, size_t n, ucs_status_t *st) {
+void *hmc_post_am(uintptr_t ep, unsigned id, uintptr_t hdr, size_t hlen, size_t n, int rndv, ucs_status_t *st) {
 	ucp_request_param_t p;
 	memset(&p, 0, sizeof p);
 	p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-	p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+	p.flags = UCP_AM_SEND_FLAG_REPLY | (rndv ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER);
 	void *data = NULL;
 	if (n > 0) {
 		p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;

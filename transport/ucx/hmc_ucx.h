@@ -37,7 +37,8 @@ enum { HMC_AM_PUTV = 0x48, HMC_AM_ACK = 0x49, HMC_AM_GETV = 0x4a, HMC_AM_DATA = 
 
 // A PUTV or GETV the target received, or an ACK or DATA the initiator received, queued by its
 // handler for the Go side: the header copied, the data held (release: UCX's, given back with
-// ucp_am_data_release; else malloc'd here).
+// ucp_am_data_release; rndv: a rendezvous PUTV's descriptor, whose bytes hmc_am_recv receives
+// or hmc_am_free declines; else malloc'd here).
 typedef struct hmc_amrx {
 	struct hmc_amrx *next;
 	int kind; // HMC_AM_PUTV, HMC_AM_ACK, HMC_AM_GETV or HMC_AM_DATA
@@ -46,6 +47,7 @@ typedef struct hmc_amrx {
 	void *data;
 	size_t len;
 	int release;
+	int rndv; // data is a rendezvous PUTV's descriptor, its bytes not received yet (len of them)
 	uint64_t ack[2]; // the answer's header, live until its send completes
 	size_t hlen;
 	char *hdr; // hlen bytes, in the same allocation
@@ -62,7 +64,8 @@ hmc_amrx *hmc_am_pop(hmc_amq *q);
 void *hmc_am_answer(ucp_ep_h ep, hmc_amrx *m, unsigned id, uint64_t seq, uint64_t status, size_t len, ucs_status_t *st);
 void hmc_am_free(ucp_worker_h w, hmc_amrx *m);
 void hmc_am_drop(ucp_worker_h w, hmc_amq *q);
-void *hmc_post_am(uintptr_t ep, unsigned id, uintptr_t hdr, size_t hlen, size_t n, ucs_status_t *st);
+void *hmc_post_am(uintptr_t ep, unsigned id, uintptr_t hdr, size_t hlen, size_t n, int rndv, ucs_status_t *st);
+void *hmc_am_recv(ucp_worker_h w, hmc_amrx *m, void *iov, size_t n, ucs_status_t *st);
 int hmc_ep_rma_emulated(ucp_ep_h ep);
 int hmc_tune_malloc(int mmap_threshold, int trim_threshold);
 int hmc_malloc_mapped(size_t n);

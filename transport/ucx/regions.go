@@ -33,6 +33,7 @@ type srvRegions struct {
 
 	mu     sync.Mutex
 	mapped map[buffer.Key]*srvRegion // guarded by mu
+	kept   []*srvRegion              // deregistered, but a fence could not finish: undone at close; guarded by mu
 	closed bool                      // guarded by mu
 	fences sync.WaitGroup            // fences running; close waits for them (they use the worker)
 }
@@ -70,6 +71,9 @@ func (r *srvRegions) close() {
 	r.mu.Unlock()
 	r.fences.Wait()
 	for _, sr := range mapped {
+		sr.unregister()
+	}
+	for _, sr := range r.kept { // the fences are done: kept is final
 		sr.unregister()
 	}
 }
@@ -191,7 +195,8 @@ func (r *srvRegions) fence(ctx context.Context, reg *buffer.Region) error {
 	}
 	if ferr != nil {
 		// A peer that neither acknowledged nor left may still write: keep the registration
-		// (and the memory reachable) rather than undo it under that peer's feet.
+		// (and the memory reachable) rather than undo it under that peer's feet, until close.
+		r.keep(sr)
 		return ferr
 	}
 	for l := range sr.resolvers { // no PUTV or GETV reaches it from here on (one copying now holds the worker, as unregister needs it)
@@ -199,8 +204,22 @@ func (r *srvRegions) fence(ctx context.Context, reg *buffer.Region) error {
 			l.grants.revoke(reg.Key())
 		}
 	}
+	// A rendezvous PUTV accepted before may still be receiving into it: an honest initiator's
+	// are done (it acknowledged the revoke after their ACKs), a peer that left or lies may
+	// leave one open. Wait for those, and keep the registration if one outlasts ctx.
+	if err := r.s.w.rxWait(ctx, reg.Key(), false); err != nil {
+		r.keep(sr)
+		return err
+	}
 	sr.unregister()
 	return nil
+}
+
+// keep holds sr's registration until close: a fence could not finish.
+func (r *srvRegions) keep(sr *srvRegion) {
+	r.mu.Lock()
+	r.kept = append(r.kept, sr)
+	r.mu.Unlock()
 }
 
 // revoke tells the peer that region k is gone and waits for its acknowledgement.

@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -141,6 +142,11 @@ func (s *server) Close() error {
 	var err error
 	s.once.Do(func() {
 		err = s.acc.Close()
+		// Rendezvous PUTVs accepted before may still be receiving into the regions: let them
+		// end (or fail with their endpoints) before the registrations go.
+		ctx, cancel := context.WithTimeout(context.Background(), s.t.closeTimeout())
+		_ = s.w.rxWait(ctx, 0, true)
+		cancel()
 		s.regions.close()
 		s.unregister()
 		s.t.release()

@@ -24,8 +24,8 @@ const (
 	// version is the highest bootstrap version this side speaks: the initiator offers it, the
 	// target's welcome carries the highest both speak. Version 2 adds region messages on the
 	// link after the welcome; version 3, vector puts as active messages (am.go), the welcome
-	// giving the link's token.
-	version    = 3
+	// giving the link's token; version 4, PUTVs sent as rendezvous messages too.
+	version    = 4
 	minVersion = 1
 	maxBlob    = 64 << 10
 	helloFixed = 20

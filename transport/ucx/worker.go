@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hmc-go/hmc/buffer"
 	"github.com/hmc-go/hmc/transport"
 )
 
@@ -54,8 +55,11 @@ type worker struct {
 	amSeq      uint64                  // the last PUTV's or GETV's seq
 	amLinks    sync.Map                // token -> *amGrants: the links of this worker's servers
 	amDsts     [][]byte                // scratch of amPieces
+	amKeys     []buffer.Key            // scratch of amPieces: amDsts' regions
+	rxRegions  map[buffer.Key]int      // rendezvous PUTVs being received into each region
 	lastAnswer time.Time               // when this worker last answered a PUTV or GETV (answerSpin)
 	putvs      atomic.Uint64           // PUTVs applied (tests)
+	putvsRndv  atomic.Uint64           // of them, received as rendezvous (tests)
 	getvs      atomic.Uint64           // GETVs answered with their bytes (tests)
 }
 
@@ -109,6 +113,7 @@ func (w *worker) init() error {
 	w.posted = (*C.hmc_posted)(C.calloc(1, C.size_t(unsafe.Sizeof(C.hmc_posted{}))))
 	w.amq = (*C.hmc_amq)(C.calloc(1, C.size_t(unsafe.Sizeof(C.hmc_amq{}))))
 	w.amWaits = make(map[uint64]*amChunkWait)
+	w.rxRegions = make(map[buffer.Key]int)
 	if st := C.hmc_am_init(w.w, w.amq); st != C.UCS_OK {
 		C.free(unsafe.Pointer(w.posted))
 		C.free(unsafe.Pointer(w.amq))
