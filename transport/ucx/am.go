@@ -243,6 +243,9 @@ func (w *worker) rxWait(ctx context.Context, k buffer.Key, all bool) error {
 		}
 		select {
 		case <-ctx.Done():
+			if all {
+				return fmt.Errorf("ucx: closing: vector puts are still being received: %w", status.FromContext(ctx))
+			}
 			return fmt.Errorf("ucx: deregistering region %d: a vector put is still being received into it: %w", k, status.FromContext(ctx))
 		case <-time.After(100 * time.Microsecond):
 		}
