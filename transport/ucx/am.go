@@ -191,8 +191,7 @@ func (w *worker) recvPutv(m *C.hmc_amrx, seq uint64, dsts [][]byte) {
 	iov := unsafe.Slice((*byte)(m.out), k*putvPiece)
 	var keys []buffer.Key // the regions it writes, each once
 	for j, d := range dsts {
-		binary.NativeEndian.PutUint64(iov[j*putvPiece:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(d)))))
-		binary.NativeEndian.PutUint64(iov[j*putvPiece+8:], uint64(len(d)))
+		putIov(iov[j*putvPiece:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(d)))), uint64(len(d)))
 		if key := w.amKeys[j]; !slices.Contains(keys, key) {
 			keys = append(keys, key)
 		}
@@ -229,6 +228,13 @@ func (w *worker) recvPutv(m *C.hmc_amrx, seq uint64, dsts [][]byte) {
 	default:
 		w.add(&pend{req: req, what: "vector put (receive)", after: answer})
 	}
+}
+
+// putIov writes a ucp_dt_iov_t of addr and n at the start of b, as the C struct lays them out
+// on this 64-bit ABI (hmc_ucx.c asserts its size).
+func putIov(b []byte, addr, n uint64) {
+	binary.NativeEndian.PutUint64(b, addr)
+	binary.NativeEndian.PutUint64(b[8:], n)
 }
 
 // rxWait waits until no rendezvous PUTV is being received into region k (any region if all),
@@ -568,10 +574,8 @@ func (e *endpoint) vecAM(put bool, locals [][]byte, addrs []C.uintptr_t, lens []
 		for j, i := range idx {
 			binary.LittleEndian.PutUint64(buf[putvFixed+j*putvPiece:], uint64(raddrs[i]))
 			binary.LittleEndian.PutUint64(buf[putvFixed+j*putvPiece+8:], uint64(lens[i]))
-			// The iov entry: the piece's address (the caller's memory, live until the Op
-			// completes) and length, as the C struct lays them out on this 64-bit ABI.
-			binary.NativeEndian.PutUint64(buf[hlen+j*putvPiece:], uint64(addrs[i]))
-			binary.NativeEndian.PutUint64(buf[hlen+j*putvPiece+8:], uint64(lens[i]))
+			// The piece's address (the caller's memory, live until the Op completes).
+			putIov(buf[hlen+j*putvPiece:], uint64(addrs[i]), uint64(lens[i]))
 		}
 		// A vector of one PUTV goes as a rendezvous to targets that take one (version 4):
 		// the target's UCX receives the bytes straight into the pieces as they stream in,
