@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"strconv"
@@ -9,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hmc-go/hmc/internal/childtest"
 )
 
 // A bench killed by a signal it cannot catch takes its target child with it: `hmc trans bench`
@@ -21,21 +22,7 @@ func TestChildDiesWithParent(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := exec.Command(exe, "trans", "bench", "--protocol", "tcp", "--block-size", "4KiB", "--duration", "60s", "--buffer-size", "8MiB", "--contiguous-peer=false")
-	c.Env = append(os.Environ(), "HMC_TEST_AS_HMC=1")
-	out, err := c.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Stderr = c.Stdout
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
-	go func() { // drain: the table's header comes once the target is up
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-		}
-	}()
+	childtest.Start(t, c, 64, "HMC_TEST_AS_HMC=1")
 	var child int
 	for deadline := time.Now().Add(30 * time.Second); child == 0; {
 		if time.Now().After(deadline) {
