@@ -175,10 +175,7 @@ func (w *worker) applyPutv(m *C.hmc_amrx, hdr, data []byte) {
 		w.putvs.Add(1)
 	}
 	w.amDone(dsts)
-	var cst C.ucs_status_t
-	w.lastAnswer = time.Now()
-	req := C.hmc_am_answer(m.reply_ep, m, C.HMC_AM_ACK, C.uint64_t(seq), C.uint64_t(st), 0, &cst)
-	w.amSent(m, req, cst)
+	w.amAnswer(m, C.HMC_AM_ACK, seq, st, 0)
 }
 
 // recvPutv receives a rendezvous PUTV's bytes straight into its pieces (dsts, from amPieces),
@@ -213,10 +210,7 @@ func (w *worker) recvPutv(m *C.hmc_amrx, seq uint64, dsts [][]byte) {
 			w.putvs.Add(1)
 			w.putvsRndv.Add(1)
 		}
-		var cst C.ucs_status_t
-		w.lastAnswer = time.Now()
-		req := C.hmc_am_answer(m.reply_ep, m, C.HMC_AM_ACK, C.uint64_t(seq), C.uint64_t(st), 0, &cst)
-		w.amSent(m, req, cst)
+		w.amAnswer(m, C.HMC_AM_ACK, seq, st, 0)
 	}
 	var cst C.ucs_status_t
 	req := C.hmc_am_recv(w.w, m, m.out, C.size_t(k), &cst)
@@ -275,14 +269,15 @@ func (w *worker) answerGetv(m *C.hmc_amrx, hdr []byte) {
 		w.getvs.Add(1)
 	}
 	w.amDone(srcs)
-	var cst C.ucs_status_t
-	w.lastAnswer = time.Now()
-	req := C.hmc_am_answer(m.reply_ep, m, C.HMC_AM_DATA, C.uint64_t(seq), C.uint64_t(st), C.size_t(n), &cst)
-	w.amSent(m, req, cst)
+	w.amAnswer(m, C.HMC_AM_DATA, seq, st, n)
 }
 
-// amSent frees m when the answer sent from it (req, cst) is done. Caller holds pmu.
-func (w *worker) amSent(m *C.hmc_amrx, req unsafe.Pointer, cst C.ucs_status_t) {
+// amAnswer answers m (id HMC_AM_ACK or HMC_AM_DATA) with seq and status st, and n bytes of
+// m.out for a DATA, and frees m when that send is done. Caller holds pmu.
+func (w *worker) amAnswer(m *C.hmc_amrx, id C.unsigned, seq, st uint64, n uint64) {
+	var cst C.ucs_status_t
+	w.lastAnswer = time.Now()
+	req := C.hmc_am_answer(m.reply_ep, m, id, C.uint64_t(seq), C.uint64_t(st), C.size_t(n), &cst)
 	if cst != C.UCS_OK || req == nil {
 		C.hmc_am_free(w.w, m)
 		return
